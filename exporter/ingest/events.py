@@ -1,0 +1,59 @@
+"""The typed records the SGLang grammar emits: one Event per recognised log record.
+
+Kinds and field names are a public contract (docs/log-events.md); add, never rename.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Every kind the parser can emit. Order is documentation order.
+KINDS = (
+    "prefill_batch",        # "Prefill batch. ..." / "Prefill batch, ..." / "Prefill batch [N], ..."
+    "decode_batch",         # "Decode batch. ..." and its later forms
+    "retraction",           # "KV cache pool is full. Retract requests." / old "Decode out of memory happened."
+    "memory_config",        # "max_total_num_tokens=..., available_gpu_mem=... GB" (the capacity line)
+    "server_args",          # "server_args=ServerArgs(...)" or "server_args={...}"
+    "server_ready",         # "The server is fired up and ready to roll!"
+    "load_weight",          # "Load weight begin/end. ..."
+    "memory_pool",          # "Memory pool end. avail mem=... GB"
+    "kv_cache_allocated",   # "KV Cache is allocated. ..."
+    "graph_capture",        # "Capture cuda graph begin/end ..." (all later spellings)
+    "oom",                  # CUDA OOM, "Prefill/Decode out of memory. Try to lower your batch size.", ...
+    "watchdog_timeout",     # "Watchdog timeout (...)" / "Scheduler watchdog timeout (...)"
+    "scheduler_exception",  # "Scheduler hit an exception: Traceback ..." and the other "<X> hit an exception"
+    "sigquit",              # "Received sigquit from a child process..." / "SIGQUIT received. ..."
+    "health_check_failed",  # "Health check failed. Server couldn't get a response from detokenizer ..."
+    "init_failed",          # "Initialization failed. warmup error: ..."
+    "subprocess_crash",     # "Subprocess X (pid=N) crashed with exit code N."
+    "nccl_timeout",         # PyTorch ProcessGroupNCCL watchdog caught collective operation timeout
+    "gc_warning",           # "LONG GARBAGE COLLECTION DETECTED | ..."
+    "http_access",          # uvicorn access line: INFO:     127.0.0.1:1234 - "GET /metrics HTTP/1.1" 200 OK
+    "request_log",          # --log-requests "Receive: obj=..." / "Finish: obj=..."
+)
+
+RANK_KEYS = ("dp", "tp", "pp", "ep", "attn_cp", "moe_dp")
+EMPTY_RANK: dict[str, int | None] = {k: None for k in RANK_KEYS}
+
+# Reasons a line was not turned into an Event (the `reason` label of the unparsed counter).
+UNPARSED_REASONS = (
+    "no_sglang_prefix",   # no "[time ...]" record start anywhere in the line and no known bare message
+    "unknown_message",    # an SGLang record whose message we do not know
+    "malformed",          # a known message whose fields did not parse
+    "binary",             # control characters / NUL bytes: not text
+    "empty",              # blank line
+)
+
+
+@dataclass(slots=True)
+class Event:
+    kind: str
+    fields: dict
+    time: str | None = None          # ISO-8601 as the log printed it (no zone), or the container's time
+    ts: float | None = None          # seconds since the epoch (log time read as UTC); None when unknown
+    rank: dict = field(default_factory=lambda: dict(EMPTY_RANK))
+    source: str = ""
+    line: int = 0
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "line": self.line, "kind": self.kind, "time": self.time,
+                "rank": self.rank, "fields": self.fields}
