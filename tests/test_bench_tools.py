@@ -1,0 +1,78 @@
+"""Smoke tests for the benchmark tools (never timed): the log generator and the mtail program."""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import free_port, require_tool
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import genlog  # noqa: E402
+
+
+def _gen(tmp_path: Path, name: str, n: int, seed: int) -> bytes:
+    out = tmp_path / name
+    subprocess.run([sys.executable, str(BENCH / "genlog.py"), str(n), str(out), "--seed", str(seed)],
+                   check=True, capture_output=True, timeout=120)
+    return out.read_bytes()
+
+
+def test_genlog_writes_exactly_n_lines_deterministically(tmp_path):
+    a = _gen(tmp_path, "a.log", 5000, 7)
+    b = _gen(tmp_path, "b.log", 5000, 7)
+    c = _gen(tmp_path, "c.log", 5000, 8)
+    assert a.count(b"\n") == 5000 and a.endswith(b"\n")
+    assert hashlib.sha256(a).digest() == hashlib.sha256(b).digest()
+    assert a != c
+    assert b"\r" not in a
+
+
+def test_genlog_content_mix(tmp_path):
+    text = _gen(tmp_path, "mix.log", 20000, 1).decode()
+    lines = text.splitlines()
+    decode = sum("] Decode batch, #running-req: " in ln for ln in lines)
+    assert decode > len(lines) * 0.4, "decode batch lines should be the bulk of the file"
+    for needle in ("] Prefill batch, #new-seq: ", "KV cache pool is full. Retract requests. #retracted_reqs: ",
+                   '] INFO:     127.0.0.1:', ' "POST /generate HTTP/1.1" 200 OK', "] Receive: obj=GenerateReqInput(",
+                   "] Finish: obj=GenerateReqInput(", "server_args=ServerArgs(", "max_total_num_tokens=",
+                   "The server is fired up and ready to roll!", "Scheduler hit an exception: Traceback",
+                   "CUDA out of memory", " TP0] ", " TP3] "):
+        assert needle in text, needle
+    stamps = [ln[1:20] for ln in lines if ln.startswith("[20")]
+    assert stamps == sorted(stamps), "timestamps must not go backwards"
+
+
+def test_genlog_prefix_of_a_longer_run_is_stable():
+    short = [ln for chunk in genlog.generate(300, seed=3) for ln in chunk]
+    long = [ln for chunk in genlog.generate(600, seed=3) for ln in chunk]
+    assert len(short) == 300 and len(long) == 600
+    assert long[:100] == short[:100]  # before the first scheduled crash (at 35 %) the streams agree
+
+
+def test_mtail_program_compiles():
+    mtail = require_tool("mtail")
+    p = subprocess.run([mtail, "--compile_only", "--progs", str(BENCH / "sglang.mtail"), "--logtostderr",
+                        "--address", "127.0.0.1", "--port", str(free_port())],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+
+def test_mtail_program_extracts_the_decode_gauges(tmp_path):
+    mtail = require_tool("mtail")
+    log = tmp_path / "one.log"
+    log.write_text(genlog.decode_line("2025-08-11 17:17:03", " TP1", 5, 26740, 0.21, 1834.27, 7) + "\n"
+                   + "[2025-08-11 17:17:04 TP1] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+                     "#new_tokens_gained: 2048, #new_token_ratio: 0.9998 -> 1.0000\n")
+    p = subprocess.run([mtail, "--one_shot", "--one_shot_format", "prometheus", "--progs",
+                        str(BENCH / "sglang.mtail"), "--logs", str(log), "--logtostderr",
+                        "--address", "127.0.0.1", "--port", str(free_port())],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert 'sglang_queue_requests{prog="sglang.mtail",rank="TP1"} 7' in out
+    assert 'sglang_running_requests{prog="sglang.mtail",rank="TP1"} 5' in out
+    assert 'sglang_retracted_requests{prog="sglang.mtail",rank="TP1"} 2' in out
