@@ -203,6 +203,7 @@ class Parser:
         self.source = source
         self.unparsed: Counter = Counter()
         self.recognised = 0
+        self.kinds: Counter = Counter()
         self.format_family: str | None = None
         self._pending: _Pending | None = None
         self._date_cache: tuple[str, float] = ("", 0.0)
@@ -246,6 +247,7 @@ class Parser:
                 self._last_kv_oom_line = lineno
             return out
         self.recognised += 1
+        self.kinds[ev.kind] += 1
         out.append(ev)
         return out
 
@@ -266,6 +268,8 @@ class Parser:
                     out.append(Event("oom", _oom_fields(p.oom_text, _phase_from_frames(p.funcs)), ev.time, ev.ts,
                                      ev.rank, self.source, p.oom_line))
         self.recognised += len(out)
+        for e in out:
+            self.kinds[e.kind] += 1
         return out
 
     # ------------------------------------------------------------------ internals
@@ -281,12 +285,14 @@ class Parser:
             ts = _container_ts(container_time) if container_time else None
             ev = Event("oom", _oom_fields(text, "unknown"), container_time, ts, EMPTY_RANK, self.source, lineno)
             self.recognised += 1
+            self.kinds["oom"] += 1
             return [ev]
         if "Watchdog caught collective operation timeout" in text:
             ts = _container_ts(container_time) if container_time else None
             ev = Event("nccl_timeout", {"message": text.strip()[:500]}, container_time, ts, EMPTY_RANK,
                        self.source, lineno)
             self.recognised += 1
+            self.kinds["nccl_timeout"] += 1
             return [ev]
         self.unparsed["no_sglang_prefix"] += 1
         return []

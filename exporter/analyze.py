@@ -1,0 +1,264 @@
+"""Replays a log through the live engine, on the log's own clock, and reports each signal over time with
+the reconciled advice (schema: docs/analyze.md)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import datetime, timezone
+
+from exporter.advice import reconcile
+from exporter.catalog import SIGNALS_BY_ID
+from exporter.config import Config
+from exporter.engine import Engine
+from exporter.ingest.pipeline import SourceParser, iter_file_events
+from exporter.signals import Judgement
+
+SCHEMA = "sglang-exporter/analyze/v1"
+MAX_CATCHUP_STEPS = 200      # evaluations inserted into one silent gap of the log
+_SERVER_ARGS_SHOWN = ("model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "enable_dp_attention",
+                      "mem_fraction_static", "max_running_requests", "chunked_prefill_size",
+                      "schedule_conservativeness", "schedule_policy", "cuda_graph_max_bs", "disable_cuda_graph",
+                      "attention_backend", "speculative_algorithm", "disaggregation_mode", "quantization",
+                      "context_length", "decode_log_interval", "watchdog_timeout")
+
+
+def iso(ts: float | None, time_only: bool = False) -> str | None:
+    if ts is None:
+        return None
+    dt = datetime.fromtimestamp(ts, tz=timezone.utc)
+    return dt.strftime("%H:%M:%S") if time_only and ts < 10 * 86400 else dt.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+class Progress:
+    """A one-line progress meter on a terminal (stderr); silent otherwise."""
+
+    def __init__(self, total_bytes: int, stream=sys.stderr, enabled: bool | None = None):
+        self.total = total_bytes
+        self.stream = stream
+        self.enabled = stream.isatty() if enabled is None else enabled
+        self.start = time.monotonic()
+        self.next = self.start + 0.5
+
+    def update(self, done_bytes: int, lines: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or now < self.next:
+            return
+        self.next = now + 0.5
+        pct = 100.0 * done_bytes / self.total if self.total else 0.0
+        rate = lines / max(now - self.start, 1e-9)
+        self.stream.write(f"\ranalyze: {pct:5.1f}%  {lines:,} lines  {rate:,.0f} lines/s ")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 60 + "\r")
+            self.stream.flush()
+
+
+class Series:
+    """Per-evaluation samples for charts (analyze --format html)."""
+
+    def __init__(self):
+        self.t: list[float] = []
+        self.cols: dict[str, list] = {k: [] for k in ("queue", "running", "max_running", "token_usage",
+                                                       "gen_throughput", "retractions_per_minute")}
+        self.ranks: dict[str, dict[str, list]] = {}
+        self.markers: list[dict] = []
+
+    def sample(self, engine: Engine, now: float) -> None:
+        st = engine.state
+        ranks = st.ranks
+        self.t.append(now)
+        c = self.cols
+        c["queue"].append(sum(r.queue or 0 for r in ranks.values()) if ranks else None)
+        c["running"].append(sum(r.running or 0 for r in ranks.values()) if ranks else None)
+        c["max_running"].append(st.memory_config.get("max_running_requests"))
+        usages = [r.usage for r in ranks.values() if r.usage is not None]
+        c["token_usage"].append(max(usages) if usages else None)
+        c["gen_throughput"].append(sum(r.throughput or 0 for r in ranks.values()) if ranks else None)
+        window = SIGNALS_BY_ID["retractions_frequent"].window_seconds
+        c["retractions_per_minute"].append(st.retractions.weight_since(now - window) / (window / 60.0))
+        if len(ranks) > 1:
+            n = len(self.t) - 1
+            for key, r in ranks.items():
+                label = " ".join(f"{k.upper()}{v}" for k, v in zip(("dp", "tp", "pp"), key) if v is not None) \
+                    or "rank"
+                cols = self.ranks.setdefault(label, {"queue": [], "running": [], "token_usage": []})
+                for name, v in (("queue", r.queue), ("running", r.running), ("token_usage", r.usage)):
+                    col = cols[name]
+                    col.extend([None] * (n - len(col)))
+                    col.append(v)
+
+
+_MARKER_KINDS = {"oom": "oom", "watchdog_timeout": "watchdog", "server_ready": "restart",
+                 "scheduler_exception": "crash", "sigquit": "crash"}
+
+
+def analyze(paths: list[str], config: Config, progress: bool | None = None, series: bool = False) -> dict:
+    engine = Engine(config, log_fed=True)
+    engine.set_sources(log_up=True)
+    step = config.evaluate_interval
+    stall = (engine.params.get("stalled") or {}).get("stall_seconds", 60)
+    total = sum(os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p))
+    meter = Progress(total, enabled=progress)
+    chart = Series() if series else None
+    stats = []
+    first = last = last_eval = None
+    lines_seen = 0
+    time_only = False
+    for path in paths:
+        sp = SourceParser(path)
+        stats.append(sp)
+        for ev in iter_file_events(path, config.max_line_bytes, stats=sp):
+            now = ev.ts if ev.ts is not None else last
+            if now is None:
+                engine.ingest(ev, 0.0)
+                continue
+            if last is not None and now < last:
+                now = last             # lines of several ranks can interleave slightly out of order
+            if first is None:
+                first, last_eval = now, now
+                time_only = ev.time is not None and "T" not in ev.time and "-" not in ev.time
+            if now - last_eval >= step:
+                _catch_up(engine, chart, last_eval, now, step, stall)
+                last_eval = now
+            engine.ingest(ev, now)
+            last = now
+            if chart is not None and ev.kind in _MARKER_KINDS:
+                chart.markers.append({"t": now, "kind": _MARKER_KINDS[ev.kind], "line": ev.line,
+                                      "detail": ev.fields.get("phase") or ev.fields.get("component") or ""})
+            if sp.lines - lines_seen >= 20000:
+                lines_seen = sp.lines
+                meter.update(int(total * 0), sp.lines) if not total else meter.update(
+                    min(total, _bytes_estimate(stats)), sum(s.lines for s in stats))
+    meter.done()
+    if last is not None:
+        engine.evaluate(last)
+        if chart is not None:
+            chart.sample(engine, last)
+    return _report(paths, config, engine, stats, first, last, time_only, chart)
+
+
+def _bytes_estimate(stats) -> int:
+    return sum(s.bytes_seen for s in stats) if all(hasattr(s, "bytes_seen") for s in stats) else 0
+
+
+def _catch_up(engine: Engine, chart, last_eval: float, now: float, step: float, stall: float) -> None:
+    """Evaluate at each step up to `now`, so silent gaps (a hung server prints nothing) show up in time."""
+    t = last_eval + step
+    n = 0
+    while t <= now and n < MAX_CATCHUP_STEPS:
+        engine.evaluate(t)
+        if chart is not None:
+            chart.sample(engine, t)
+        t += step
+        n += 1
+    if t <= now:
+        engine.evaluate(now)
+        if chart is not None:
+            chart.sample(engine, now)
+
+
+def _report(paths, config, engine: Engine, stats, first, last, time_only, chart) -> dict:
+    st = engine.state
+    signals = []
+    fired_judgements = {}
+    for sid, p in engine.params.items():
+        sig = SIGNALS_BY_ID[sid]
+        h = engine.history.get(sid)
+        entry = {"id": sid, "title": sig.title, "severity": sig.severity, "active": p is not None,
+                 "unit": sig.value_unit, "fired": bool(h and h.fired), "intervals": [], "worst": None,
+                 "final_state": h.state if h else "inactive",
+                 "detail": engine.last.judgements[sid].detail if engine.last and sid in engine.last.judgements
+                 else ""}
+        if h:
+            entry["intervals"] = [{"start": iso(s, time_only), "end": iso(e if e is not None else last, time_only),
+                                   "start_ts": s, "end_ts": e if e is not None else last, "worst": w}
+                                  for s, e, w in h.intervals]
+            entry["dropped_intervals"] = h.dropped_intervals
+            entry["worst"] = h.worst
+            if h.fired:
+                fired_judgements[sid] = Judgement(sid, sig.severity, True, h.worst)
+        signals.append(entry)
+    advice = reconcile(fired_judgements, st.server_args, st.memory_config, st.headroom_bytes, st.total_gpu_bytes)
+    unparsed: dict = {}
+    for sp in stats:
+        for reason, n in sp.parser.unparsed.items():
+            unparsed[reason] = unparsed.get(reason, 0) + n
+    report = {
+        "schema": SCHEMA,
+        "sources": list(paths),
+        "profile": config.profile,
+        "span": {"start": iso(first, time_only), "end": iso(last, time_only),
+                 "seconds": (last - first) if first is not None and last is not None else 0},
+        "lines": {"read": sum(sp.lines for sp in stats), "recognised": sum(sp.parser.recognised for sp in stats),
+                  "cut": sum(sp.cut for sp in stats), "unparsed": unparsed},
+        "events": dict(sorted(st.events_total.items())),
+        "format_family": next((sp.parser.format_family for sp in stats if sp.parser.format_family), None),
+        "model": st.model or None,
+        "epochs": st.epoch,
+        "restarts": st.restarts,
+        "startup": {"server_args": {k: st.server_args[k] for k in _SERVER_ARGS_SHOWN if k in st.server_args},
+                    "memory_config": dict(st.memory_config),
+                    "gpu_headroom_bytes": st.headroom_bytes},
+        "verdict": "problems" if any(s["fired"] for s in signals) else "healthy",
+        "signals": signals,
+        "advice": [r.to_json() for r in advice],
+    }
+    if chart is not None:
+        report["series"] = {"t": chart.t, **chart.cols, "ranks": chart.ranks, "markers": chart.markers}
+    return report
+
+
+def render_text(report: dict) -> str:
+    out = []
+    span = report["span"]
+    out.append(f"sglang-exporter analyze: {', '.join(report['sources'])}")
+    out.append(f"  profile {report['profile']}, {span['start']} .. {span['end']} ({span['seconds']:.0f} s), "
+               f"format {report['format_family'] or 'unknown'}, model {report['model'] or 'unknown'}")
+    lines = report["lines"]
+    unparsed = ", ".join(f"{k} {v}" for k, v in sorted(lines["unparsed"].items())) or "none"
+    out.append(f"  lines {lines['read']:,} read, {lines['recognised']:,} records recognised; unparsed: {unparsed}")
+    if report["restarts"]:
+        out.append(f"  SGLang restarted {report['restarts']} time(s)")
+    out.append("")
+    out.append(f"Verdict: {report['verdict'].upper()}")
+    for s in report["signals"]:
+        if not s["active"]:
+            continue
+        if s["fired"]:
+            ivs = s["intervals"]
+            first_iv = ivs[0]
+            more = f" (+{len(ivs) - 1} more)" if len(ivs) > 1 else ""
+            worst = _fmt_value(s["worst"], s["unit"])
+            out.append(f"  FIRED  {s['id']:<28} {s['severity']:<8} worst {worst:<14} "
+                       f"{first_iv['start']} .. {first_iv['end']}{more}")
+        else:
+            out.append(f"  ok     {s['id']:<28} {s['severity']:<8} ({s['final_state']})")
+    if report["advice"]:
+        out.append("")
+        out.append("Advice:")
+        for a in report["advice"]:
+            cur = "" if a["current"] is None else f" (now {a['current']})"
+            sug = "" if a["suggested"] is None else f" to {a['suggested']}"
+            out.append(f"  {a['action']} {a['flag']}{cur}{sug}  [{', '.join(a['signals'])}]")
+            out.append(f"      {a['reason']}")
+    else:
+        out.append("")
+        out.append("Advice: none; nothing to tune.")
+    return "\n".join(out) + "\n"
+
+
+def _fmt_value(v, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "bytes":
+        return f"{v / 2**30:.2f} GiB"
+    if unit == "ratio":
+        return f"{v:.0%}"
+    if unit == "per_minute":
+        return f"{v:.1f}/min"
+    if unit == "seconds":
+        return f"{v:.0f} s"
+    return f"{v:g}"

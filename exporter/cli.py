@@ -1,0 +1,290 @@
+"""Command line: serve, parse, analyze, check-config, generate, simulate, demo.
+
+Exit codes: 0 ok, 2 usage or configuration error (the message names the flag, file or key), 1 runtime failure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+
+from exporter import __version__
+from exporter.catalog import PROFILES
+from exporter.config import DEFAULT_PORT, ConfigError, build
+
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+
+
+def _err(msg: str) -> None:
+    print(f"sglang-exporter: error: {msg}", file=sys.stderr)
+
+
+def _check_input(path: str) -> str | None:
+    """Why `path` cannot be read as a log, or None."""
+    if path == "-":
+        return None
+    if not os.path.exists(path):
+        return f"{path}: no such file"
+    if os.path.isdir(path):
+        return f"{path}: is a directory, not a log file"
+    if not os.access(path, os.R_OK):
+        return f"{path}: permission denied"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8192)
+    except OSError as exc:
+        return f"{path}: cannot read: {exc.strerror or exc}"
+    if b"\x00" in head:
+        return f"{path}: binary data, not a text log"
+    return None
+
+
+def cmd_parse(args) -> int:
+    from exporter.ingest.pipeline import SourceParser, iter_file_events
+    for path in args.files:
+        problem = _check_input(path)
+        if problem:
+            _err(problem)
+            return EXIT_USAGE
+    out = sys.stdout
+    dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+    stats = []
+    try:
+        for path in args.files:
+            sp = SourceParser(path)
+            stats.append(sp)
+            write = out.write
+            for ev in iter_file_events(path, args.max_line_bytes, stats=sp):
+                write(dumps(ev.to_json()))
+                write("\n")
+    except BrokenPipeError:
+        sys.stderr.close()
+        return EXIT_OK
+    kinds: dict = {}
+    unparsed: dict = {}
+    for sp in stats:
+        for reason, n in sp.parser.unparsed.items():
+            unparsed[reason] = unparsed.get(reason, 0) + n
+    recognised = sum(sp.parser.recognised for sp in stats)
+    lines = sum(sp.lines for sp in stats)
+    if args.stats:
+        # stdout stays valid JSON Lines; the summary goes to stderr
+        for sp in stats:
+            for kind, n in sp.parser.kinds.items():
+                kinds[kind] = kinds.get(kind, 0) + n
+        summary = {"lines": lines, "records": recognised, "kinds": dict(sorted(kinds.items())),
+                   "unparsed": dict(sorted(unparsed.items())),
+                   "format_family": next((sp.parser.format_family for sp in stats if sp.parser.format_family),
+                                         None)}
+        print(json.dumps(summary, indent=1), file=sys.stderr)
+    if lines and not recognised:
+        _err(f"{', '.join(args.files)}: no SGLang log record found in {lines} lines (not an SGLang log?)")
+        return EXIT_RUNTIME
+    return EXIT_OK
+
+
+def _config(args, **extra):
+    flags = {"profile": getattr(args, "profile", None), **extra}
+    return build(flags, config_file=getattr(args, "config", None))
+
+
+def cmd_analyze(args) -> int:
+    from exporter.analyze import analyze, render_text
+    for path in args.files:
+        problem = _check_input(path)
+        if problem:
+            _err(problem)
+            return EXIT_USAGE
+    cfg = _config(args)
+    report = analyze(args.files, cfg, progress=None if not args.quiet else False, series=args.format == "html")
+    if report["lines"]["read"] and not report["lines"]["recognised"]:
+        _err(f"{', '.join(args.files)}: no SGLang log record found (not an SGLang log?)")
+        return EXIT_RUNTIME
+    if args.format == "json":
+        text = json.dumps(report, indent=1, default=str) + "\n"
+    elif args.format == "html":
+        try:
+            from exporter.report_html import render_html
+        except ImportError:
+            _err("--format html needs the report module (exporter/report_html.py)")
+            return EXIT_RUNTIME
+        text = render_html(report)
+    else:
+        text = render_text(report)
+    if args.output and args.output != "-":
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_check_config(args) -> int:
+    from exporter.server import load_web_config
+    cfg = build({}, environ={}, config_file=args.file)
+    load_web_config(cfg.web_config)
+    params = cfg.signal_params()
+    active = [sid for sid, p in params.items() if p]
+    print(f"{args.file}: ok (profile {cfg.profile}; {len(active)} signals active; "
+          f"logs: {', '.join(cfg.log_files) or 'none'}; sglang_url: {cfg.sglang_url or 'none'})")
+    return EXIT_OK
+
+
+def cmd_serve(args) -> int:
+    from exporter.server import load_web_config, make_server, serve_in_thread
+    from exporter.sidecar import Sidecar
+    cfg = _config(args, log_files=args.log_file, from_start=True if args.from_start else None,
+                  sglang_url=args.sglang_url, listen=args.listen, web_config=args.web_config,
+                  scrape_interval=args.scrape_interval, scrape_timeout=args.scrape_timeout)
+    if not cfg.log_files and not cfg.sglang_url:
+        raise ConfigError("nothing to watch: give --log-file and/or --sglang-url "
+                          "(or try `sglang-exporter demo`)")
+    web = load_web_config(cfg.web_config)
+    host, port = cfg.listen_host_port
+    sidecar = Sidecar(cfg)
+    try:
+        server = make_server(sidecar, host, port, web)
+    except OSError as exc:
+        _err(f"--listen {cfg.listen}: cannot listen: {exc.strerror or exc}")
+        return EXIT_RUNTIME
+    done = threading.Event()
+
+    def stop(signum, frame):
+        done.set()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    sidecar.start()
+    serve_in_thread(server)
+    scheme = "https" if web.get("tls") else "http"
+    print(f"sglang-exporter {__version__}: serving {scheme}://{host}:{server.server_address[1]}/metrics "
+          f"(profile {cfg.profile}; logs: {', '.join(cfg.log_files) or 'none'}; "
+          f"sglang: {cfg.sglang_url or 'none'})", file=sys.stderr, flush=True)
+    done.wait()
+    server.shutdown()
+    server.server_close()
+    sidecar.shutdown()
+    return EXIT_OK
+
+
+def cmd_generate(args) -> int:
+    import importlib
+    stale: list[str] = []
+    wrote: list = []
+    for name in ("alerts", "runbooks", "dashboards"):
+        try:
+            mod = importlib.import_module(f"exporter.generate.{name}")
+        except ImportError as exc:
+            _err(f"generator {name} unavailable: {exc}")
+            return EXIT_RUNTIME
+        if args.check:
+            stale += mod.check(None) if _takes_arg(mod.check) else mod.check()
+        else:
+            wrote += mod.generate(None) if _takes_arg(mod.generate) else mod.generate()
+    if args.check:
+        for s in stale:
+            print(f"stale: {s}", file=sys.stderr)
+        if stale:
+            _err("generated files are stale; run `sglang-exporter generate` and commit the result")
+            return EXIT_RUNTIME
+        print("generated files are fresh")
+        return EXIT_OK
+    for p in wrote:
+        print(f"wrote {p}")
+    return EXIT_OK
+
+
+def _takes_arg(fn) -> bool:
+    import inspect
+    return bool(inspect.signature(fn).parameters)
+
+
+def cmd_demo(args) -> int:
+    from exporter.demo import run_demo
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sglang-exporter", description="Health signals, tuning advice, alerts and "
+                                "dashboards for SGLang servers, from their logs and /metrics.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def common(sp):
+        sp.add_argument("--profile", choices=list(PROFILES), default=None,
+                        help="workload profile (env SGLANG_EXPORTER_PROFILE; default offline)")
+        sp.add_argument("--config", metavar="FILE", help="YAML config file (env SGLANG_EXPORTER_CONFIG)")
+
+    s = sub.add_parser("serve", help="run the sidecar: follow logs, scrape SGLang, serve /metrics")
+    common(s)
+    s.add_argument("--log-file", action="append", metavar="PATH",
+                   help="SGLang log file or glob; repeatable (env SGLANG_EXPORTER_LOG_FILE, comma-separated)")
+    s.add_argument("--from-start", action="store_true", help="read existing log content instead of starting at "
+                   "the end (env SGLANG_EXPORTER_FROM_START)")
+    s.add_argument("--sglang-url", metavar="URL", help="SGLang base URL; its /metrics is scraped "
+                   "(env SGLANG_EXPORTER_SGLANG_URL)")
+    s.add_argument("--listen", metavar="HOST:PORT", help=f"listen address (env SGLANG_EXPORTER_LISTEN; "
+                   f"default 0.0.0.0:{DEFAULT_PORT})")
+    s.add_argument("--web-config", metavar="FILE", help="TLS / basic auth file (env SGLANG_EXPORTER_WEB_CONFIG)")
+    s.add_argument("--scrape-interval", type=float, metavar="S", help="seconds between scrapes of SGLang (15)")
+    s.add_argument("--scrape-timeout", type=float, metavar="S", help="scrape timeout, below the interval (5)")
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("parse", help="print one JSON object per recognised SGLang log record (JSON Lines)")
+    s.add_argument("files", nargs="+", metavar="FILE", help="log files (plain, CRI or Docker json); - for stdin")
+    s.add_argument("--stats", action="store_true", help="also print counts per kind and unparsed lines by "
+                   "reason (to stderr)")
+    s.add_argument("--max-line-bytes", type=int, default=1 << 20, help=argparse.SUPPRESS)
+    s.set_defaults(func=cmd_parse)
+
+    s = sub.add_parser("analyze", help="replay a log and report each signal over time with advice")
+    common(s)
+    s.add_argument("files", nargs="+", metavar="FILE")
+    s.add_argument("--format", choices=("text", "json", "html"), default="text")
+    s.add_argument("-o", "--output", metavar="FILE", help="write the report here instead of stdout")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress meter")
+    s.set_defaults(func=cmd_analyze)
+
+    s = sub.add_parser("check-config", help="validate a YAML config file")
+    s.add_argument("file", metavar="FILE")
+    s.set_defaults(func=cmd_check_config)
+
+    s = sub.add_parser("generate", help="regenerate alerts, runbooks and dashboards from the signal catalog")
+    s.add_argument("--check", action="store_true", help="only check the committed files are fresh")
+    s.set_defaults(func=cmd_generate)
+
+    try:
+        from exporter import simulate
+        s = sub.add_parser("simulate", help="an SGLang stand-in: writes logs and serves /metrics for a scenario")
+        simulate.add_arguments(s)
+        s.set_defaults(func=simulate.main)
+    except ImportError:
+        pass
+
+    s = sub.add_parser("demo", help="simulated SGLang + the sidecar, to see signals change without a GPU")
+    s.add_argument("--scenario", default="retraction_storm", help="scenario to simulate (see simulate --list)")
+    s.add_argument("--listen", default=f"127.0.0.1:{DEFAULT_PORT}", metavar="HOST:PORT")
+    s.add_argument("--speed", type=float, default=10.0, help="simulated seconds per real second")
+    s.add_argument("--duration", type=float, default=None, help="stop after this many real seconds")
+    s.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_RUNTIME
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
