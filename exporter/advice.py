@@ -116,4 +116,5 @@ def _suggest(flag, adv: Advice, current, server_args, memory_config, headroom, t
 
 
 def _floor2(x: float) -> float:
-    return max(0.05, int(x * 100) / 100)
+    """Round down to 0.01 and keep within what SGLang can run with."""
+    return min(0.95, max(0.05, int(x * 100) / 100))

@@ -13,6 +13,7 @@ from exporter.config import Config
 from exporter.engine import Engine
 from exporter.ingest.pipeline import SourceParser, iter_file_events
 from exporter.signals import Judgement
+from exporter.state import per_scheduler
 
 SCHEMA = "sglang-exporter/analyze/v1"
 MAX_CATCHUP_STEPS = 200      # evaluations inserted into one silent gap of the log
@@ -69,14 +70,15 @@ class Series:
     def sample(self, engine: Engine, now: float) -> None:
         st = engine.state
         ranks = st.ranks
+        schedulers = per_scheduler(ranks)
         self.t.append(now)
         c = self.cols
-        c["queue"].append(sum(r.queue or 0 for r in ranks.values()) if ranks else None)
-        c["running"].append(sum(r.running or 0 for r in ranks.values()) if ranks else None)
+        c["queue"].append(sum(r.queue or 0 for r in schedulers.values()) if ranks else None)
+        c["running"].append(sum(r.running or 0 for r in schedulers.values()) if ranks else None)
         c["max_running"].append(st.memory_config.get("max_running_requests"))
         usages = [r.usage for r in ranks.values() if r.usage is not None]
         c["token_usage"].append(max(usages) if usages else None)
-        c["gen_throughput"].append(sum(r.throughput or 0 for r in ranks.values()) if ranks else None)
+        c["gen_throughput"].append(sum(r.throughput or 0 for r in schedulers.values()) if ranks else None)
         window = SIGNALS_BY_ID["retractions_frequent"].window_seconds
         c["retractions_per_minute"].append(st.retractions.weight_since(now - window) / (window / 60.0))
         if len(ranks) > 1:

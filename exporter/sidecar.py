@@ -60,6 +60,7 @@ class Sidecar:
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.started = False
+        self.caught_up = self.follower is None   # first pass over the logs ingested
 
     # ------------------------------------------------------------------ feeding
     def on_lines(self, lines) -> None:
@@ -71,6 +72,7 @@ class Sidecar:
             for ev in events:
                 self.engine.ingest(ev, now)
             self._update_log_up()
+            self.caught_up = True
 
     def _update_log_up(self) -> None:
         if self.follower is not None:
@@ -166,6 +168,6 @@ class Sidecar:
         return ""
 
     def ready(self) -> bool:
-        """Ready once the background threads run. A down SGLang must not make us unready: a ServiceMonitor
+        """Ready once the threads run and the first pass over the logs is in. A down SGLang must not make us unready: a ServiceMonitor
         would then stop scraping us, and the "SGLang is down" signal would vanish with it."""
-        return self.started
+        return self.started and self.caught_up

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from exporter.catalog import SIGNALS
-from exporter.state import ServerState
+from exporter.state import ServerState, per_scheduler
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def _stalled(state, p, sources, now, window):
     if state.log_fed:
         # a decode line is printed every 40 steps, so the last one may still show running requests that
         # finished since; only a waiting queue proves work is pending
-        waiting = sum(rv.queue or 0 for rv in state.ranks.values())
+        waiting = sum(rv.queue or 0 for rv in per_scheduler(state.ranks).values())
     else:
         waiting = state.pending() or 0
     stuck = age > p["stall_seconds"] and waiting > 0

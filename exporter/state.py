@@ -319,10 +319,20 @@ class ServerState:
         self.watchdogs.expire(now)
 
     def pending(self) -> float | None:
-        """Queue + running summed over ranks, from the latest value of each rank; None when unknown."""
+        """Queue + running of the server, from the latest value of each scheduler; None when unknown."""
         if not self.ranks:
             return None
-        return sum((rv.queue or 0) + (rv.running or 0) for rv in self.ranks.values())
+        return sum((rv.queue or 0) + (rv.running or 0) for rv in per_scheduler(self.ranks).values())
+
+
+def per_scheduler(ranks: dict) -> dict:
+    """One RankValues per DP rank (the lowest TP/PP rank's). TP ranks of one DP rank share one scheduler
+    queue, and some versions print the same numbers on every TP rank: summing those would multiply them."""
+    out: dict = {}
+    for key in sorted(ranks, key=lambda k: tuple(-1 if v is None else v if isinstance(v, int) else 1 << 30
+                                                 for v in k)):
+        out.setdefault(key[0], ranks[key])
+    return out
 
 
 def usage_of(fields: dict):
