@@ -132,18 +132,13 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                                       "detail": ev.fields.get("phase") or ev.fields.get("component") or ""})
             if sp.lines - lines_seen >= 20000:
                 lines_seen = sp.lines
-                meter.update(int(total * 0), sp.lines) if not total else meter.update(
-                    min(total, _bytes_estimate(stats)), sum(s.lines for s in stats))
+                meter.update(min(total, sum(s.bytes for s in stats)), sum(s.lines for s in stats))
     meter.done()
     if last is not None:
         engine.evaluate(last)
         if chart is not None:
             chart.sample(engine, last)
     return _report(paths, config, engine, stats, first, last, time_only, chart)
-
-
-def _bytes_estimate(stats) -> int:
-    return sum(s.bytes_seen for s in stats) if all(hasattr(s, "bytes_seen") for s in stats) else 0
 
 
 def _catch_up(engine: Engine, chart, last_eval: float, now: float, step: float, stall: float) -> None:

@@ -17,10 +17,12 @@ class SourceParser:
         self.decoder = ContainerDecoder(container_format)
         self.parser = Parser(source)
         self.lines = 0
+        self.bytes = 0      # approximate (decoded text + newline): for progress meters
         self.cut = 0
 
     def feed(self, line: Line) -> list[Event]:
         self.lines += 1
+        self.bytes += len(line.text) + 1
         self.cut += line.cut
         rec = self.decoder.feed(line.lineno, line.text)
         if rec is None:
