@@ -95,6 +95,7 @@ def _chart(title: str, unit: str, series: list, t_all: list, report: dict, key: 
         fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]
+    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)   # RDF boilerplate: bytes, no value
     return f'<figure class="chart" data-chart="{key}">{svg}</figure>'
 
 
