@@ -1,0 +1,324 @@
+"""Static checks of the generated Grafana dashboards: queries parse, use known metrics and every variable, panels
+have units and descriptions, layouts do not overlap, no datasource uid is hard-coded, thresholds follow the
+catalog, and the committed files are exactly what the generator makes."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import promql_parser as pp
+import pytest
+import yaml
+
+from exporter import catalog
+from exporter.generate import dashboards as gen
+
+ROOT = Path(__file__).resolve().parents[1]
+UIDS = list(gen.DASHBOARDS)
+REFERENCE = ROOT.parent / "shared" / "reference" / "sglang-formats.md"
+
+# Sentinels substituted for Grafana variables before parsing.
+SUBST = {"$__rate_interval": "4242s", "$namespace": "__NS__", "$instance": "__HOST__", "$model": "__MODEL__"}
+RATE_RANGE_SECONDS = 4242
+HIST_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def substitute(expr: str) -> str:
+    for k in sorted(SUBST, key=len, reverse=True):
+        expr = expr.replace(k, SUBST[k])
+    assert "$" not in expr, f"unknown variable left in {expr!r}"
+    return expr
+
+
+@pytest.fixture(scope="module", params=UIDS)
+def dashboard(request):
+    return json.loads((ROOT / "dashboards" / f"{request.param}.json").read_text())
+
+
+def data_panels(d):
+    return [p for p in d["panels"] if p["type"] != "row"]
+
+
+def all_targets():
+    for uid in UIDS:
+        d = gen.build_dashboard(uid)
+        for p in data_panels(d):
+            for t in p["targets"]:
+                yield pytest.param(p, t, id=f"{uid}:{p['title']}:{t['refId']}")
+
+
+def walk(expr):
+    nodes = []
+    pp.walk(expr, lambda n: nodes.append(n))
+    return nodes
+
+
+def base_name(name: str) -> str:
+    if name.startswith("sglang:"):
+        for s in HIST_SUFFIXES:
+            if name.endswith(s) and name[: -len(s)] in gen.SGLANG_METRICS:
+                return name[: -len(s)]
+    return name
+
+
+def matchers(vs) -> dict:
+    return {m.name: (m.op, m.value) for m in vs.matchers.matchers}
+
+
+# ------------------------------------------------------------------------------------------------------ files
+
+
+def test_committed_files_are_fresh():
+    assert gen.check(ROOT) == [], "run: python -m exporter.generate.dashboards"
+
+
+def test_generation_is_deterministic(tmp_path):
+    first = gen.render()
+    gen.generate(tmp_path)
+    assert gen.check(tmp_path) == []
+    assert gen.render() == first
+    for rel, text in first.items():
+        if rel.endswith(".json"):
+            assert text == json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def test_check_reports_stale_files(tmp_path):
+    gen.generate(tmp_path)
+    (tmp_path / "dashboards/sglang-detail.json").write_text("{}\n")
+    (tmp_path / "docs/dashboards.md").unlink()
+    assert sorted(gen.check(tmp_path)) == ["dashboards/sglang-detail.json", "docs/dashboards.md"]
+
+
+def test_cli_check_exit_codes(tmp_path, capsys):
+    assert gen.main(["--out", str(tmp_path), "--check"]) == 1
+    assert gen.main(["--out", str(tmp_path)]) == 0
+    assert gen.main(["--out", str(tmp_path), "--check"]) == 0
+
+
+# -------------------------------------------------------------------------------------------------- structure
+
+
+def test_import_ready(dashboard):
+    assert dashboard["uid"] in UIDS
+    assert dashboard["schemaVersion"] >= 39
+    assert dashboard["id"] is None
+    assert [i["name"] for i in dashboard["__inputs"]] == ["DS_PROMETHEUS"]
+    assert dashboard["__inputs"][0]["pluginId"] == "prometheus"
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert set(variables) == {"datasource", "namespace", "instance", "model"}
+    ds = variables["datasource"]
+    assert ds["type"] == "datasource" and ds["query"] == "prometheus"
+    for name in ("namespace", "instance", "model"):
+        v = variables[name]
+        assert v["type"] == "query" and v["datasource"] == gen.DS
+        assert v["includeAll"] and v["allValue"] == ".*"
+
+
+def test_no_hard_coded_datasource_uid(dashboard):
+    def visit(obj, path):
+        if isinstance(obj, dict):
+            if "datasource" in obj:
+                assert obj["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, path
+            if "uid" in obj and path != "$":
+                assert obj["uid"] == "${datasource}", f"{path}: uid {obj['uid']!r}"
+            for k, v in obj.items():
+                visit(v, f"{path}.{k}")
+        elif isinstance(obj, list):
+            for i, v in enumerate(obj):
+                visit(v, f"{path}[{i}]")
+
+    visit(dashboard, "$")
+    for p in data_panels(dashboard):
+        assert p["datasource"] == gen.DS
+        for t in p["targets"]:
+            assert t["datasource"] == gen.DS
+
+
+def test_panels_have_unit_and_description(dashboard):
+    for p in data_panels(dashboard):
+        unit = p["fieldConfig"]["defaults"].get("unit")
+        assert unit in gen.UNITS, f"{p['title']}: unit {unit!r}"
+        desc = p.get("description", "")
+        assert "Good:" in desc and "When bad:" in desc and len(desc) > 60, p["title"]
+        assert p["targets"], p["title"]
+
+
+def test_panel_ids_unique_and_grid_not_overlapping(dashboard):
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    cells = {}
+    for p in dashboard["panels"]:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = p["title"]
+
+
+def test_titles_unique(dashboard):
+    titles = [p["title"] for p in dashboard["panels"]]
+    assert len(titles) == len(set(titles))
+
+
+# ---------------------------------------------------------------------------------------------------- queries
+
+
+@pytest.mark.parametrize("panel,target", list(all_targets()))
+def test_query(panel, target):
+    expr = target["expr"]
+    assert "$__rate_interval" in expr or not re.search(r"\b(rate|increase|irate)\(", expr)
+    tree = pp.parse(substitute(expr))
+    nodes = walk(tree)
+    selectors = [n for n in nodes if isinstance(n, pp.VectorSelector)]
+    assert selectors, expr
+    for n in nodes:
+        assert not isinstance(n, pp.SubqueryExpr), "no subqueries"
+        if isinstance(n, pp.MatrixSelector):
+            assert n.range.total_seconds() == RATE_RANGE_SECONDS, f"range must be $__rate_interval: {expr}"
+        if isinstance(n, pp.Call) and n.func.name in ("rate", "increase", "irate"):
+            assert isinstance(n.args[0], pp.MatrixSelector), "rate of a selector (rate before sum)"
+        if isinstance(n, pp.Call) and n.func.name == "histogram_quantile":
+            agg = n.args[1]
+            assert isinstance(agg, pp.AggregateExpr) and str(agg.op) .lower().endswith("sum"), expr
+            assert agg.modifier.type == pp.AggModifierType.By
+            assert {"le", "namespace", "instance"} <= set(agg.modifier.labels), "per-instance quantiles"
+    for vs in selectors:
+        name = vs.name
+        assert name, f"selector without a metric name in {expr}"
+        m = matchers(vs)
+        assert m.get("namespace") == (pp.MatchOp.Re, "__NS__"), f"{name}: namespace variable"
+        assert m.get("instance") == (pp.MatchOp.Re, "__HOST__(:[0-9]+)?"), f"{name}: instance variable"
+        if name.startswith("sglang:"):
+            assert base_name(name) in gen.SGLANG_METRICS, f"unknown SGLang metric {name}"
+            assert m.get("model_name") == (pp.MatchOp.Re, "__MODEL__"), f"{name}: model variable"
+        else:
+            assert name in catalog.METRICS_BY_NAME, f"{name} is not exported by sglang-exporter"
+            if name == f"{catalog.NS}_sglang_info":
+                assert m.get("model") == (pp.MatchOp.Re, "__MODEL__")
+            for label in set(m) - {"namespace", "instance", "model"}:
+                assert label in catalog.METRICS_BY_NAME[name].labels, f"{name} has no label {label}"
+
+
+def test_variable_queries_parse_and_chain(dashboard):
+    variables = {v["name"]: v for v in dashboard["templating"]["list"] if v["type"] == "query"}
+    uses = {"namespace": set(), "model": {"namespace"}, "instance": {"namespace", "model"}}
+    for name, v in variables.items():
+        assert v["query"] == v["definition"]
+        m = re.fullmatch(r"label_values\((.*), (\w+)\)", v["query"])
+        assert m, v["query"]
+        inner = m.group(1)
+        for dep in uses[name]:
+            assert f"${dep}" in inner, f"{name} must depend on {dep}"
+        vs = pp.parse(substitute(inner))
+        assert isinstance(vs, pp.VectorSelector) and vs.name in catalog.METRICS_BY_NAME
+        label = m.group(2)
+        assert label in catalog.METRICS_BY_NAME[vs.name].labels or label in ("namespace", "instance")
+    assert re.fullmatch(variables["instance"]["regex"].strip("/"), "10.0.0.5:10060").group(1) == "10.0.0.5"
+
+
+def test_every_exported_metric_is_on_a_dashboard():
+    used = set()
+    for uid in UIDS:
+        for p in data_panels(gen.build_dashboard(uid)):
+            for t in p["targets"]:
+                used |= {n.name for n in walk(pp.parse(substitute(t["expr"]))) if isinstance(n, pp.VectorSelector)}
+    missing = {m.name for m in catalog.METRICS} - used
+    assert not missing, f"exported but shown nowhere: {sorted(missing)}"
+    assert {base_name(n) for n in used if n.startswith("sglang:")} == set(gen.SGLANG_METRICS)
+
+
+def test_sglang_metric_table_matches_reference():
+    if not REFERENCE.exists():
+        pytest.skip(f"{REFERENCE} not present (outside the repository)")
+    text = REFERENCE.read_text()
+    for name, (kind, first, last) in gen.SGLANG_METRICS.items():
+        m = re.search(rf"^\| `{re.escape(name)}` \| (\w+) \| ([0-9.a-z]+) \| ([^|]*)\|", text, re.MULTILINE)
+        assert m, name
+        assert m.group(1).lower() == kind and m.group(2) == first, name
+        assert (last is None) == (m.group(3).strip() == ""), name
+
+
+# ------------------------------------------------------------------------------------------------- thresholds
+
+
+def _panel(uid, title):
+    for p in gen.build_dashboard(uid)["panels"]:
+        if p["title"] == title:
+            return p
+    raise KeyError(title)
+
+
+def _steps(p):
+    return [s["value"] for s in p["fieldConfig"]["defaults"]["thresholds"]["steps"] if s["value"] is not None]
+
+
+def test_bands_come_from_the_catalog():
+    s = catalog.SIGNALS_BY_ID
+    off = "offline"
+    assert _steps(_panel("sglang-detail", "Queue")) == [s["queue_below_range"].params(off)["min_queue"],
+                                                        s["queue_above_range"].params(off)["max_queue"]]
+    assert _steps(_panel("sglang-detail", "KV cache token usage")) == [s["kv_cache_underused"].params(off)["min_usage"]]
+    assert _steps(_panel("sglang-detail", "Retractions per minute")) == [
+        s["retractions_frequent"].params(off)["per_minute"], s["retraction_storm"].params(off)["per_minute"]]
+    assert _steps(_panel("sglang-detail", "GPU memory headroom")) == [
+        s["gpu_headroom_low"].params(off)["min_bytes"], s["gpu_headroom_high"].params(off)["max_bytes"]]
+    assert _steps(_panel("sglang-detail", "Time to first token")) == [
+        s["latency_high"].params("online")["ttft_p99_seconds"]]
+    for title in ("Queue", "GPU memory headroom"):
+        assert _panel("sglang-detail", title)["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] \
+            .endswith("area")
+
+
+def test_changing_the_catalog_moves_the_lines(monkeypatch):
+    for sid, key, value in [("queue_above_range", "max_queue", 1234), ("kv_cache_underused", "min_usage", 0.77),
+                            ("retraction_storm", "per_minute", 17.0)]:
+        sig = catalog.SIGNALS_BY_ID[sid]
+        monkeypatch.setitem(catalog.SIGNALS_BY_ID, sid,
+                            dataclasses.replace(sig, defaults={**sig.defaults, key: value}))
+    assert 1234 in _steps(_panel("sglang-detail", "Queue"))
+    assert _steps(_panel("sglang-detail", "KV cache token usage")) == [0.77]
+    assert 17.0 in _steps(_panel("sglang-detail", "Retractions per minute"))
+    assert "1234" in _panel("sglang-overview", "Queue")["description"]
+
+
+def test_no_threshold_typed_by_hand():
+    src = (ROOT / "exporter/generate/dashboards.py").read_text()
+    for literal in ("0.9", "2000", "5 * GIB", "8 * GIB", "10.0", "0.95"):
+        assert not re.search(rf"(?<![\w.]){re.escape(literal)}(?![\w.])", src), literal
+
+
+# ------------------------------------------------------------------------------------ provisioning, k8s, docs
+
+
+def test_provisioning_files():
+    prov = yaml.safe_load((ROOT / "dashboards/provisioning/dashboards.yaml").read_text())
+    (provider,) = prov["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"] == gen.GRAFANA_PATH
+    ds = yaml.safe_load((ROOT / "dashboards/provisioning/datasources.yaml").read_text())
+    (source,) = ds["datasources"]
+    assert source["type"] == "prometheus" and source["url"] == "http://127.0.0.1:9090"
+
+
+def test_configmap_for_the_grafana_sidecar():
+    path = ROOT / "dashboards/sglang-dashboards.configmap.yaml"
+    cm = yaml.safe_load(path.read_text())
+    assert cm["kind"] == "ConfigMap" and cm["apiVersion"] == "v1"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"]["grafana_folder"] == gen.FOLDER
+    assert sorted(cm["data"]) == sorted(f"{u}.json" for u in UIDS)
+    for key, text in cm["data"].items():
+        assert text == (ROOT / "dashboards" / key).read_text()
+    # small enough for a plain `kubectl apply` (last-applied annotation limit 256 KiB)
+    assert path.stat().st_size < 256 * 1024
+
+
+def test_docs_cover_every_panel_and_query():
+    doc = (ROOT / "docs/dashboards.md").read_text()
+    for uid in UIDS:
+        for p in data_panels(gen.build_dashboard(uid)):
+            assert f"#### {p['title']}" in doc
+            for t in p["targets"]:
+                assert t["expr"] in doc
