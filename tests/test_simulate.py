@@ -1,0 +1,424 @@
+"""exporter.simulate: line writers, scenarios, /metrics, live mode and CLI glue."""
+from __future__ import annotations
+
+import argparse
+import threading
+import urllib.request
+from datetime import datetime
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import simulate
+from exporter.ingest.grammar import Parser
+from exporter.simulate import (FAMILIES, LineWriter, Scenario, ScenarioError, Simulator, list_scenarios,
+                               load_scenario, parse_scenario, run_simulator, serve_metrics)
+from tests.helpers import free_port, wait_until
+
+WHEN = datetime(2025, 8, 11, 17, 17, 3)
+EXPECTED = {"healthy_offline", "healthy_online", "queue_starved", "queue_overloaded", "too_conservative",
+            "retractions_frequent", "retraction_storm", "oom_prefill", "oom_decode", "headroom_high",
+            "headroom_low", "cuda_graph_off", "concurrency_capped", "stalled", "restart"}
+DECODE = dict(running=5, num_tokens=26740, token_usage=0.21, cuda_graph=True, gen_throughput=1834.27, queue=0)
+
+
+def parse_all(lines):
+    """Feed lines to a fresh Parser; returns (events, parser)."""
+    p = Parser("sim")
+    events = []
+    for n, line in enumerate(lines, 1):
+        events.extend(p.feed(line, n))
+    events.extend(p.flush())
+    return events, p
+
+
+def kinds_of(lines):
+    events, p = parse_all(lines)
+    assert not p.unparsed, (p.unparsed, lines)
+    return [e.kind for e in events]
+
+
+# ------------------------------------------------------------------ scenarios
+def test_all_scenarios_load():
+    assert EXPECTED <= set(list_scenarios())
+    for name in list_scenarios():
+        sc = load_scenario(name)
+        assert sc.name == name and sc.description and sc.duration > 0
+        assert sc.format in FAMILIES
+
+
+def test_load_by_path(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("phases:\n  - {duration: 10, queue: 5}\n")
+    sc = load_scenario(str(f))
+    assert sc.name == "mine" and sc.duration == 10 and sc.phases[0].queue == 5
+    assert sc.format == "0.5.23" and sc.tp == 1 and sc.server_args["max_running_requests"] == 256
+
+
+@pytest.mark.parametrize("body, message", [
+    ("phases:\n  - {queue: lots}\n", "bad.yaml: phases[0].queue: expected a number or [lo, hi]"),
+    ("phases:\n  - {}\n  - {queue: [5, 1]}\n", "bad.yaml: phases[1].queue: expected a number or [lo, hi]"),
+    ("phases:\n  - {token_usage: 1.5}\n", "bad.yaml: phases[0].token_usage:"),
+    ("phases:\n  - {quue: 3}\n", "bad.yaml: phases[0].quue: unknown key"),
+    ("phases:\n  - {events: [{at: 5, kind: explode}]}\n", "bad.yaml: phases[0].events[0].kind:"),
+    ("phases:\n  - {duration: 10, events: [{at: 50, kind: watchdog}]}\n", "bad.yaml: phases[0].events[0].at:"),
+    ("format: '0.9'\n", "bad.yaml: format:"),
+    ("layout: {tp: 0}\n", "bad.yaml: layout.tp:"),
+    ("startup: {available_gpu_mem_gb: big}\n", "bad.yaml: startup.available_gpu_mem_gb:"),
+    ("server_args: {max_running_requests: -1}\n", "bad.yaml: server_args.max_running_requests:"),
+    ("phases: []\n", "bad.yaml: phases:"),
+    ("colour: red\n", "bad.yaml: colour: unknown key"),
+    ("phases: [\n", "bad.yaml: invalid YAML"),
+])
+def test_bad_scenario_names_file_and_key(tmp_path, body, message):
+    f = tmp_path / "bad.yaml"
+    f.write_text(body)
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(str(f))
+    assert str(exc.value).startswith(message), str(exc.value)
+
+
+def test_unknown_scenario_name():
+    with pytest.raises(ScenarioError, match=r"no_such\.yaml: no such scenario"):
+        load_scenario("no_such")
+
+
+# ------------------------------------------------------------------ exact lines per family
+def test_decode_line_0_5_23_exact():
+    assert LineWriter("0.5.23", tp=2).decode(WHEN, **DECODE) == (
+        "[2025-08-11 17:17:03 TP0] Decode batch, #running-req: 5, #token: 26740, token usage: 0.21, "
+        "cuda graph: True, gen throughput (token/s): 1834.27, #queue-req: 0")
+    assert LineWriter("0.5.23", tp=1).decode(WHEN, **DECODE) == (
+        "[2025-08-11 17:17:03] Decode batch, #running-req: 5, #token: 26740, token usage: 0.21, "
+        "cuda graph: True, gen throughput (token/s): 1834.27, #queue-req: 0")
+    assert LineWriter("0.5.23", tp=2, dp=2).decode(WHEN, dp_rank=1, **DECODE).startswith(
+        "[2025-08-11 17:17:03 DP1 TP0] Decode batch, ")
+
+
+def test_decode_line_older_families_exact():
+    assert LineWriter("0.3", tp=1).decode(WHEN, **DECODE) == (
+        "[17:17:03 TP0] Decode batch. #running-req: 5, #token: 26740, token usage: 0.21, "
+        "gen throughput (token/s): 1834.27, #queue-req: 0")
+    assert LineWriter("0.4.7", tp=1).decode(WHEN, **DECODE) == (
+        "[2025-08-11 17:17:03] Decode batch. #running-req: 5, #token: 26740, token usage: 0.21, "
+        "cuda graph: True, gen throughput (token/s): 1834.27, #queue-req: 0")
+    assert LineWriter("0.5.8", tp=2).decode(WHEN, **DECODE) == (
+        "[2025-08-11 17:17:03 TP0] Decode batch, #running-req: 5, #token: 26740, token usage: 0.21, "
+        "cuda graph: True, gen throughput (token/s): 1834.27, #queue-req: 0, ")
+
+
+def test_retraction_lines_exact():
+    kw = dict(retracted=1, ratio_before=0.9998, ratio_after=1.0, tokens_gained=2048)
+    assert LineWriter("0.5.23", tp=2).retraction(WHEN, tp_rank=1, **kw) == (
+        "[2025-08-11 17:17:03 TP1] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+        "#new_tokens_gained: 2048, #new_token_ratio: 0.9998 -> 1.0000")
+    assert LineWriter("0.4.7").retraction(WHEN, **kw) == (
+        "[2025-08-11 17:17:03] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+        "#new_token_ratio: 0.9998 -> 1.0000")
+    assert LineWriter("0.3").retraction(WHEN, **kw) == (
+        "[17:17:03 TP0] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.9998 -> 1.0000")
+
+
+def test_startup_block_exact_lines():
+    args = dict(simulate.DEFAULT_SERVER_ARGS)
+    lines, tokens = LineWriter("0.5.23").startup(WHEN, args, 13.5, max_total_num_tokens=130000)
+    assert tokens == 130000
+    assert lines[0] == (
+        "[2025-08-11 17:17:03] server_args={'model_path': 'meta-llama/Llama-3.1-8B-Instruct', 'tp_size': 1, "
+        "'mem_fraction_static': 0.88, 'max_running_requests': 256, 'chunked_prefill_size': 8192, "
+        "'schedule_conservativeness': 1.0, 'cuda_graph_max_bs': 160, 'disable_cuda_graph': False}")
+    assert lines[1] == "[2025-08-11 17:17:03] Load weight begin. avail mem=79.10 GB"
+    assert "[2025-08-11 17:17:03] max_total_num_tokens=130000, chunked_prefill_size=8192, max_prefill_tokens=16384, " \
+           "max_running_requests=256, context_len=131072, available_gpu_mem=13.50 GB" in lines
+    assert lines[-1] == "[2025-08-11 17:17:03] The server is fired up and ready to roll!"
+    old, _ = LineWriter("0.5.8").startup(WHEN, args, 13.5)
+    assert old[0].startswith("[2025-08-11 17:17:03] server_args=ServerArgs(model_path='meta-llama/")
+    assert kinds_of(lines) == ["server_args", "load_weight", "load_weight", "kv_cache_allocated", "memory_pool",
+                               "memory_config", "server_ready"]
+
+
+def test_error_records_exact_and_parsed():
+    w = LineWriter("0.5.23", tp=2)
+    kv = w.kv_oom(WHEN, phase="prefill", requested=8192, available=1024)
+    assert kv == ["[2025-08-11 17:17:03 TP0] Prefill out of memory. Try to lower your batch size.",
+                  "Try to allocate 8192 tokens.",
+                  "Available tokens: 1024 (available_size=1024 + evictable_size=0)"]
+    events, p = parse_all(kv)
+    assert not p.unparsed and [e.kind for e in events] == ["oom"]
+    assert events[0].fields["phase"] == "prefill" and events[0].fields["requested_tokens"] == 8192
+    for phase in ("prefill", "decode"):
+        tb = w.cuda_oom(WHEN, phase=phase)
+        assert tb[0] == "[2025-08-11 17:17:03 TP0] Scheduler hit an exception: Traceback (most recent call last):"
+        assert tb[-1] == ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB. GPU 0 has a total "
+                          "capacity of 79.19 GiB of which 1.01 GiB is free.")
+        events, p = parse_all(tb)
+        assert not p.unparsed
+        ooms = [e for e in events if e.kind == "oom"]
+        assert [e.kind for e in events] == ["scheduler_exception", "oom"] and ooms[0].fields["phase"] == phase
+    assert w.watchdog(WHEN) == ("[2025-08-11 17:17:03 TP0] Scheduler watchdog timeout "
+                                "(self.watchdog_timeout=300, self.soft=False)")
+    assert LineWriter("0.5.23").access(WHEN, port=53242) == \
+        '[2025-08-11 17:17:03] INFO:     127.0.0.1:53242 - "POST /generate HTTP/1.1" 200 OK'
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_line_type_parses_to_its_kind(family):
+    w = LineWriter(family, tp=2, dp=2)
+    cases = [
+        (w.decode(WHEN, **DECODE), "decode_batch"),
+        (w.prefill(WHEN, new_seq=3, new_token=4012, cached_token=1280, token_usage=0.21, running=5, queue=0,
+                   input_throughput=15342.77), "prefill_batch"),
+        (w.retraction(WHEN, retracted=2, ratio_before=0.5, ratio_after=0.8), "retraction"),
+        (w.server_args(WHEN, simulate.DEFAULT_SERVER_ARGS), "server_args"),
+        (w.access(WHEN, port=1234), "http_access"),
+        (w.watchdog(WHEN), "watchdog_timeout"),
+    ]
+    for line, kind in cases:
+        events, p = parse_all([line])
+        assert [e.kind for e in events] == [kind], (line, p.unparsed)
+    events, p = parse_all([w.decode(WHEN, **DECODE)])
+    f = events[0].fields
+    assert (f["running_req"], f["num_tokens"], f["token_usage"], f["queue_req"]) == (5, 26740, 0.21, 0)
+    assert events[0].rank["dp"] == 0 and events[0].rank["tp"] == 0
+    if family != "0.3":
+        assert f["cuda_graph"] is True
+    events, _ = parse_all([w.retraction(WHEN, retracted=2, ratio_before=0.5, ratio_after=0.8)])
+    assert events[0].fields["retracted_reqs"] == 2
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_scenario_line_is_recognised(name, family, tmp_path):
+    sim = Simulator(load_scenario(name), start=WHEN, seed=1, fmt=family)
+    path = tmp_path / "sglang.log"
+    n = sim.write_log(path)
+    lines = path.read_text().splitlines()
+    assert n == len(lines) > 0
+    events, p = parse_all(lines)
+    assert p.unparsed.get("unknown_message", 0) == 0 and p.unparsed.get("malformed", 0) == 0, p.unparsed
+    assert not p.unparsed, p.unparsed
+    kinds = {e.kind for e in events}
+    assert {"server_args", "memory_config", "server_ready", "decode_batch"} <= kinds
+
+
+def test_deterministic_with_seed():
+    sc = load_scenario("retraction_storm")
+    a = Simulator(sc, start=WHEN, seed=7).lines_until(120)
+    b = Simulator(sc, start=WHEN, seed=7).lines_until(120)
+    c = Simulator(sc, start=WHEN, seed=8).lines_until(120)
+    assert a == b and a != c
+
+
+def test_lines_until_is_incremental():
+    sc = load_scenario("healthy_offline")
+    whole = Simulator(sc, start=WHEN).lines_until(30)
+    sim = Simulator(sc, start=WHEN)
+    parts = sim.lines_until(0) + sim.lines_until(10.5) + sim.lines_until(10.9) + sim.lines_until(30)
+    assert parts == whole
+    assert sim.lines_until(30) == []
+    assert whole[-1].startswith("[2025-08-11 17:17:33")     # timestamps in simulated time
+
+
+# ------------------------------------------------------------------ scenario statistics
+def _decode_fields(lines):
+    events, _ = parse_all(lines)
+    return [e.fields for e in events if e.kind == "decode_batch"]
+
+
+def test_retraction_storm_rate():
+    sim = Simulator(load_scenario("retraction_storm"), start=WHEN)
+    sim.lines_until(60)                       # the calm first minute
+    for minute in range(5):
+        lines = sim.lines_until(120 + 60 * minute)
+        events, _ = parse_all(lines)
+        tp0 = [e for e in events if e.kind == "retraction" and e.rank["tp"] == 0]
+        tp1 = [e for e in events if e.kind == "retraction" and e.rank["tp"] == 1]
+        assert len(tp0) >= 20 and len(tp1) == len(tp0)
+    assert all(" TP0] Decode batch" in ln or "Decode batch" not in ln for ln in lines)
+
+
+def test_retractions_frequent_rate():
+    lines = Simulator(load_scenario("retractions_frequent"), start=WHEN).lines_until(600)
+    n = sum("Retract requests" in ln for ln in lines)
+    assert 15 <= n <= 25          # ~2 a minute
+
+
+def test_queue_starved_mostly_below_100():
+    samples = _decode_fields(Simulator(load_scenario("queue_starved"), start=WHEN).lines_until(600))
+    assert len(samples) > 500
+    assert sum(f["queue_req"] < 100 for f in samples) / len(samples) > 0.9
+
+
+def test_concurrency_capped_and_cuda_graph_off():
+    sc = load_scenario("concurrency_capped")
+    samples = _decode_fields(Simulator(sc, start=WHEN).lines_until(300))
+    mrr = sc.server_args["max_running_requests"]
+    assert all(f["running_req"] == mrr and f["queue_req"] > 0 and 0.5 <= f["token_usage"] <= 0.7 for f in samples)
+    samples = _decode_fields(Simulator(load_scenario("cuda_graph_off"), start=WHEN).lines_until(300))
+    assert all(f["cuda_graph"] is False and f["running_req"] <= 100 for f in samples)
+
+
+def test_headroom_and_restart_and_stall():
+    for name, lo, hi in (("headroom_high", 14, 16), ("headroom_low", 2, 3)):
+        events, _ = parse_all(Simulator(load_scenario(name), start=WHEN).lines_until(5))
+        mem = [e.fields["available_gpu_mem_bytes"] / 2 ** 30 for e in events if e.kind == "memory_config"]
+        assert mem and all(lo <= m <= hi for m in mem)
+    events, _ = parse_all(Simulator(load_scenario("restart"), start=WHEN).lines_until(300))
+    assert sum(e.kind == "server_ready" for e in events) == 2
+    events, _ = parse_all(Simulator(load_scenario("stalled"), start=WHEN).lines_until(400))
+    batches = [e for e in events if e.kind in ("decode_batch", "prefill_batch")]
+    dog = [e for e in events if e.kind == "watchdog_timeout"]
+    assert batches[-1].fields["queue_req"] > 0
+    assert len(dog) == 1 and dog[0].ts - batches[-1].ts >= 300
+
+
+def test_oom_scenarios_phase():
+    for name, phase in (("oom_prefill", "prefill"), ("oom_decode", "decode")):
+        events, _ = parse_all(Simulator(load_scenario(name), start=WHEN).lines_until(300))
+        assert [e.fields["phase"] for e in events if e.kind == "oom"] == [phase]
+
+
+# ------------------------------------------------------------------ /metrics
+def _families(text):
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_metrics_text_content():
+    sim = Simulator(load_scenario("retraction_storm"), start=WHEN)
+    sim.lines_until(180)
+    fams = _families(sim.metrics_text())
+    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:gen_throughput",
+                 "sglang:num_used_tokens", "sglang:cache_hit_rate"):
+        assert fams[name].type == "gauge"
+        s = fams[name].samples[0]
+        assert s.labels["engine_type"] == "unified" and s.labels["tp_rank"] == "0" and s.labels["pp_rank"] == "0"
+        assert s.labels["model_name"] == "meta-llama/Llama-3.1-8B-Instruct"
+    for name in ("sglang:num_retracted_requests", "sglang:prompt_tokens", "sglang:generation_tokens",
+                 "sglang:num_requests"):
+        assert fams[name].type == "counter" and fams[name].samples[0].value > 0
+    assert fams["sglang:num_retracted_requests"].samples[0].value >= 2 * 30   # two storm minutes, >= 1 per event
+    for name in ("sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
+                 "sglang:e2e_request_latency_seconds"):
+        fam = fams[name]
+        assert fam.type == "histogram"
+        buckets = [s for s in fam.samples if s.name.endswith("_bucket")]
+        values = [s.value for s in buckets]
+        assert values == sorted(values) and buckets[-1].labels["le"] == "+Inf"
+        count = next(s.value for s in fam.samples if s.name.endswith("_count"))
+        assert values[-1] == count > 0
+    # the e2e median sits near the scenario's 30 s (storm phase), not near 1 s
+    e2e = [s for s in fams["sglang:e2e_request_latency_seconds"].samples if s.name.endswith("_bucket")]
+    below = {s.labels["le"]: s.value for s in e2e}
+    assert below["10.0"] < 0.5 * below["+Inf"] < below["60.0"]
+
+
+def test_metrics_label_sets_by_family():
+    sc = load_scenario("healthy_offline")
+    for family, has_rank, has_retracted in (("0.3", False, False), ("0.4.7", False, False),
+                                            ("0.5.8", True, True), ("0.5.23", True, True)):
+        sim = Simulator(sc, start=WHEN, fmt=family)
+        sim.lines_until(10)
+        fams = _families(sim.metrics_text())
+        labels = fams["sglang:num_running_reqs"].samples[0].labels
+        assert ("tp_rank" in labels) == has_rank and ("pp_rank" in labels) == has_rank
+        assert ("sglang:num_retracted_requests" in fams) == has_retracted
+
+
+def test_restart_resets_counters():
+    sim = Simulator(load_scenario("restart"), start=WHEN)
+    sim.lines_until(119)
+    before = _families(sim.metrics_text())["sglang:num_requests"].samples[0].value
+    sim.lines_until(125)
+    after = _families(sim.metrics_text())["sglang:num_requests"].samples[0].value
+    assert after < before
+
+
+def test_metrics_over_http_reflect_current_state():
+    sim = Simulator(load_scenario("queue_overloaded"), start=WHEN)
+    port = free_port()
+    server = serve_metrics(sim, "127.0.0.1", port)
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+
+        def fetch():
+            with urllib.request.urlopen(url, timeout=5) as r:
+                assert r.status == 200
+                return _families(r.read().decode())
+
+        fams = wait_until(fetch, what="/metrics")
+        assert fams["sglang:num_queue_reqs"].samples[0].value == 0          # nothing simulated yet
+        sim.lines_until(30)
+        fams = fetch()
+        assert fams["sglang:num_queue_reqs"].samples[0].value >= 2500
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ------------------------------------------------------------------ live mode and CLI
+def test_run_simulator_live_and_stoppable(tmp_path):
+    log = tmp_path / "live.log"
+    port = free_port()
+    stop = threading.Event()
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault(
+        "rc", run_simulator("healthy_offline", str(log), metrics_listen=f"127.0.0.1:{port}", speed=200.0,
+                            stop_event=stop)))
+    t.start()
+    try:
+        wait_until(lambda: log.exists() and log.read_text().count("Decode batch") >= 20, what="live decode lines")
+
+        def scraped():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return _families(r.read().decode())["sglang:num_running_reqs"].samples[0].value > 0
+        wait_until(scraped, what="live /metrics")
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    assert not t.is_alive() and result["rc"] == 0
+    lines = log.read_text().splitlines()
+    assert not parse_all(lines)[1].unparsed
+    assert len(lines) < 600 * 6         # stopped well before the 600 s scenario finished
+
+
+def test_run_simulator_instant_with_duration(tmp_path):
+    log = tmp_path / "i.log"
+    assert run_simulator("stalled", str(log), instant=True, duration=30, start=WHEN) == 0
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("[2025-08-11 17:17:03] server_args=")
+    assert lines[-1].startswith("[2025-08-11 17:17:33")
+
+
+def _cli(argv):
+    parser = argparse.ArgumentParser()
+    simulate.add_arguments(parser)
+    return simulate.main(parser.parse_args(argv))
+
+
+def test_cli(tmp_path, capsys):
+    assert _cli(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in EXPECTED)
+    log = tmp_path / "c.log"
+    assert _cli(["--scenario", "oom_prefill", "--log-file", str(log), "--instant", "--format", "0.4.7"]) == 0
+    assert "Prefill out of memory" in log.read_text() and "server_args=ServerArgs(" in log.read_text()
+    assert _cli(["--scenario", "nope", "--log-file", str(log), "--instant"]) == 2
+    assert "ScenarioError: nope.yaml" in capsys.readouterr().err
+    assert _cli(["--log-file", str(log)]) == 2
+    assert _cli(["--scenario", "stalled", "--metrics-listen", "nonsense"]) == 2
+    assert _cli(["--scenario", "stalled", "--speed", "0"]) == 2
+    assert _cli(["--scenario", "stalled", "--log-file", str(tmp_path / "missing" / "x.log")]) == 2
+    bad = tmp_path / "retraction_storm.yaml"
+    bad.write_text("phases:\n  - {queue: many}\n")
+    assert _cli(["--scenario", str(bad), "--instant"]) == 2
+    assert "ScenarioError: retraction_storm.yaml: phases[0].queue: expected a number or [lo, hi]" in \
+        capsys.readouterr().err
+    assert simulate.main(["--format", "9.9"]) == 2
+
+
+def test_parse_scenario_defaults_are_healthy():
+    sc = parse_scenario({}, "empty", "empty.yaml")
+    assert isinstance(sc, Scenario) and sc.phases[0].retractions_per_minute == 0
+    assert sc.available_gpu_mem_gb == 6.5
