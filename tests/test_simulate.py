@@ -422,3 +422,31 @@ def test_parse_scenario_defaults_are_healthy():
     sc = parse_scenario({}, "empty", "empty.yaml")
     assert isinstance(sc, Scenario) and sc.phases[0].retractions_per_minute == 0
     assert sc.available_gpu_mem_gb == 6.5
+
+
+# ------------------------------------------------------------------ end to end: the engine fires what docs promise
+FIRES = {
+    "healthy_offline": set(), "restart": set(),
+    "healthy_online": {"queue_below_range"},            # under the default (offline) profile; nothing under online
+    "queue_starved": {"queue_below_range"}, "queue_overloaded": {"queue_above_range"},
+    "too_conservative": {"kv_cache_underused"},
+    "retractions_frequent": {"retractions_frequent"}, "retraction_storm": {"retractions_frequent", "retraction_storm"},
+    "oom_prefill": {"oom_prefill"}, "oom_decode": {"oom_decode"},
+    "headroom_high": {"gpu_headroom_high"}, "headroom_low": {"gpu_headroom_low"},
+    "cuda_graph_off": {"cuda_graph_off_small_batch"},
+    "concurrency_capped": {"concurrency_capped", "kv_cache_underused"},
+    "stalled": {"stalled"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIRES))
+def test_scenario_fires_its_signals(name, tmp_path):
+    from exporter.analyze import analyze
+    from exporter.config import Config
+    log = tmp_path / f"{name}.log"
+    Simulator(load_scenario(name), start=WHEN).write_log(log)
+    report = analyze([str(log)], Config(), progress=False)
+    assert {s["id"] for s in report["signals"] if s["fired"]} == FIRES[name]
+    if name == "healthy_online":
+        report = analyze([str(log)], Config(profile="online"), progress=False)
+        assert not [s["id"] for s in report["signals"] if s["fired"]]
