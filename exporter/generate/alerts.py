@@ -65,6 +65,9 @@ SGLANG_METRICS = {
     "sglang:inter_token_latency_seconds": ("0.4.4", None, "histogram"),
     "sglang:time_per_output_token_seconds": ("0.3.6", "0.4.4", "histogram"),
     "sglang:e2e_request_latency_seconds": ("0.3.6", None, "histogram"),
+    # read by the runbooks' diagnosis queries only
+    "sglang:total_retracted_reqs": ("0.4.10", "0.5.2", "gauge"),
+    "sglang:is_cuda_graph": ("0.5.4", None, "gauge"),
 }
 
 

@@ -72,7 +72,7 @@ FLAG_HOW = {
                                    "low and requests get retracted.",
     "--mem-fraction-static": "Restart SGLang with the new value; change it by 0.01-0.05 at a time and "
                              "re-read `available_gpu_mem=` in the start-up log (target 5-8 GiB).",
-    "--max-running-requests": "Restart SGLang with a lower/higher cap; the current value is printed as "
+    "--max-running-requests": "Restart SGLang with the new cap; the current value is printed as "
                               "`max_running_requests=` in the start-up capacity line. Change it by about a "
                               "quarter at a time.",
     "--chunked-prefill-size": "Restart SGLang with the new chunk size; the current value is in the "
@@ -248,7 +248,11 @@ def _signal_page(a, p, native=False) -> str:
     if natives:
         sel = "{" + p.sglang_selector + "}"
         qs = []
+        from exporter.generate.alerts import SGLANG_METRICS
         for m in natives:
+            first, last, _ = SGLANG_METRICS.get(m, (None, None, None))
+            if first:
+                qs.append(f"# SGLang {first}" + (f" to {last}" if last else "+"))
             if m.endswith("_total"):
                 qs.append(f"rate({m}{sel}[5m]) * 60")
             elif m.endswith("_seconds"):

@@ -1,0 +1,226 @@
+"""The example Alertmanager configuration: valid for amtool, every alert reaches its receiver, and a real
+Alertmanager inhibits a stalled instance's tuning alerts (and a storm's "frequent" sibling) but no others."""
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from exporter.generate import alerts as gen
+from helpers import free_port, require_tool, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+AM_CONFIG = REPO / "alerts" / gen.ALERTMANAGER
+CASES = yaml.safe_load((REPO / "alerts" / gen.ROUTES_CASES).read_text())["cases"]
+
+
+def rule_alerts():
+    out = []
+    for f in (gen.EXPORTER_RULES, gen.NATIVE_RULES):
+        for g in yaml.safe_load((REPO / "alerts" / f).read_text())["groups"]:
+            out += [r for r in g["rules"] if "alert" in r]
+    return out
+
+
+def expected_receiver(labels: dict) -> str:
+    # the routing contract, stated independently of the generator
+    if labels["alertname"] == "SGLangAlertingWatchdog":
+        return "deadmansswitch"
+    return "page" if labels["severity"] == "critical" else "ticket"
+
+
+def test_check_config():
+    amtool = require_tool("amtool")
+    r = subprocess.run([amtool, "check-config", str(AM_CONFIG)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SUCCESS" in r.stdout
+
+
+def test_route_cases_cover_every_alert():
+    by_name = {c["labels"]["alertname"]: c for c in CASES}
+    for r in rule_alerts():
+        c = by_name.get(r["alert"])
+        assert c, f"no routing case for {r['alert']}"
+        assert c["labels"]["severity"] == r["labels"]["severity"]
+        assert c["receiver"] == expected_receiver(c["labels"])
+    assert {c["receiver"] for c in CASES} == {"page", "ticket", "deadmansswitch"}
+    # what the design brief pages on
+    pages = {c["labels"]["alertname"] for c in CASES if c["receiver"] == "page"}
+    assert {"SGLangRetractionStorm", "SGLangPrefillOOM", "SGLangDecodeOOM", "SGLangStalled"} <= pages
+    assert "SGLangRetractionsFrequent" not in pages
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["labels"]["alertname"])
+def test_amtool_routes(case):
+    amtool = require_tool("amtool")
+    labels = [f"{k}={v}" for k, v in case["labels"].items()]
+    r = subprocess.run([amtool, "config", "routes", "test", f"--config.file={AM_CONFIG}",
+                        f"--verify.receivers={case['receiver']}", *labels],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"{case}: {r.stdout}{r.stderr}"
+    assert r.stdout.strip() == case["receiver"]
+
+
+# ---------------------------------------------------------------------------- a real Alertmanager
+
+class _Hook(BaseHTTPRequestHandler):
+    received: list = []
+
+    def do_POST(self):  # noqa: N802
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.received.append((self.path, json.loads(body)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture
+def webhook():
+    handler = type("Hook", (_Hook,), {"received": []})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", handler.received
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.fixture
+def alertmanager(tmp_path, webhook):
+    binary = require_tool("prometheus-alertmanager") if not Path("/usr/bin/prometheus-alertmanager").exists() \
+        else "/usr/bin/prometheus-alertmanager"
+    url, received = webhook
+    cfg = yaml.safe_load(AM_CONFIG.read_text())
+    for rcv in cfg["receivers"]:                       # the example's placeholders -> our local webhook
+        for wh in rcv.get("webhook_configs", []):
+            wh["url"] = f"{url}/{rcv['name']}"
+    cfg["route"]["group_wait"] = "1s"
+    for route in cfg["route"]["routes"]:
+        route["group_wait"] = "1s"
+    (tmp_path / "am.yml").write_text(yaml.safe_dump(cfg))
+    port = free_port()
+    log = open(tmp_path / "am.log", "w")
+    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'am.yml'}",
+                             f"--storage.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--cluster.listen-address=", "--log.level=debug"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: urllib.request.urlopen(f"{base}/-/ready", timeout=1).status == 200, timeout=20,
+                   what="alertmanager ready")
+        yield base, received
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _post(base, alerts):
+    req = urllib.request.Request(f"{base}/api/v2/alerts", data=json.dumps(alerts).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    assert urllib.request.urlopen(req, timeout=5).status == 200
+
+
+def _get(base):
+    q = "active=true&silenced=false&inhibited=true&unprocessed=true"
+    with urllib.request.urlopen(f"{base}/api/v2/alerts?{q}", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def _alert(name, severity, instance=None, **labels):
+    lab = {"alertname": name, "severity": severity, **labels}
+    if instance:
+        lab.update({"namespace": "sglang", "instance": instance})
+    return {"labels": lab, "annotations": {"summary": f"{name}."}}
+
+
+def _key(a):
+    return (a["labels"]["alertname"], a["labels"].get("instance"))
+
+
+STALLED, HEALTHY, STORMING = "10.0.0.1:10060", "10.0.0.2:10060", "10.0.0.3:10060"
+
+
+def test_inhibitions_in_a_real_alertmanager(alertmanager):
+    base, received = alertmanager
+    sources = [
+        _alert("SGLangStalled", "critical", STALLED, signal="stalled"),
+        _alert("SGLangRetractionStorm", "critical", STORMING, signal="retraction_storm", family="retractions"),
+        # an exporter target vanished entirely: absent() carries no instance or namespace
+        _alert("SGLangExporterDown", "critical"),
+    ]
+    _post(base, sources)
+    wait_until(lambda: {_key(a) for a in _get(base)} >= {_key(s) for s in sources}, timeout=10,
+               what="source alerts stored")
+    targets = [
+        _alert("SGLangKVCacheUnderused", "warning", STALLED, signal="kv_cache_underused"),
+        _alert("SGLangQueueBelowRange", "info", STALLED, signal="queue_below_range"),
+        _alert("SGLangDecodeOOM", "critical", STALLED, signal="oom_decode"),       # criticals stay
+        _alert("SGLangKVCacheUnderused", "warning", HEALTHY, signal="kv_cache_underused"),
+        _alert("SGLangRetractionsFrequent", "warning", STORMING, signal="retractions_frequent",
+               family="retractions"),
+        _alert("SGLangRetractionsFrequent", "warning", HEALTHY, signal="retractions_frequent",
+               family="retractions"),
+        _alert("SGLangQueueAboveRange", "warning", STORMING, signal="queue_above_range"),  # not the family
+        _alert("SGLangAlertingWatchdog", "info"),
+    ]
+    _post(base, targets)
+    expect_inhibited = {
+        ("SGLangKVCacheUnderused", STALLED): "SGLangStalled",
+        ("SGLangQueueBelowRange", STALLED): "SGLangStalled",
+        ("SGLangRetractionsFrequent", STORMING): "SGLangRetractionStorm",
+    }
+
+    def settled():
+        got = {_key(a): a for a in _get(base)}
+        if not {_key(t) for t in targets} <= set(got):
+            return None
+        for k, a in got.items():
+            if (a["status"]["state"] == "suppressed") != (k in expect_inhibited):
+                return None
+        return got
+
+    got = wait_until(settled, timeout=15, what="inhibition state of every alert")
+    source_fp = {_key(a): a["fingerprint"] for a in got.values()}
+    for k, by in expect_inhibited.items():
+        st = got[k]["status"]
+        assert st["state"] == "suppressed" and st["silencedBy"] == []
+        assert st["inhibitedBy"] == [source_fp[(by, k[1])]], (k, st)
+    for k, a in got.items():
+        if k not in expect_inhibited:
+            assert a["status"]["state"] == "active" and a["status"]["inhibitedBy"] == [], (k, a["status"])
+
+    # notifications: pages and tickets arrive at their receivers; inhibited alerts never do
+    def delivered():
+        out = {}
+        for path, body in list(received):
+            for a in body["alerts"]:
+                out.setdefault((a["labels"]["alertname"], a["labels"].get("instance")), set()).add(path)
+        return out
+
+    expect_delivered = {
+        ("SGLangStalled", STALLED): "/page", ("SGLangRetractionStorm", STORMING): "/page",
+        ("SGLangDecodeOOM", STALLED): "/page", ("SGLangExporterDown", None): "/page",
+        ("SGLangKVCacheUnderused", HEALTHY): "/ticket", ("SGLangRetractionsFrequent", HEALTHY): "/ticket",
+        ("SGLangQueueAboveRange", STORMING): "/ticket", ("SGLangAlertingWatchdog", None): "/deadmansswitch",
+    }
+    d = wait_until(lambda: (lambda x: x if set(expect_delivered) <= set(x) else None)(delivered()), timeout=20,
+                   what="webhook deliveries")
+    for k, path in expect_delivered.items():
+        assert d[k] == {path}, (k, d[k])
+    for k in expect_inhibited:
+        assert k not in d, f"inhibited alert {k} was delivered"
