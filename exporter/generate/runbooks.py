@@ -153,10 +153,8 @@ def fires_when(a, p) -> str:
         w = f" over {int(s.window_seconds)} s" if s.window_seconds else ""
         return f"the sidecar judges `{s.id}` firing: {formula_text(s, p.thresholds[s.id])}{w}"
     if a.kind == "native":
-        first = a.expr.strip().splitlines()
-        cmp = re.search(r"(>=|>|<|==)\s*([0-9.e+-]+)\s*$", a.expr.strip())
-        return (f"SGLang `/metrics`: {a.summary.rstrip('.')} (`{cmp.group(1)} {cmp.group(2)}`)" if cmp else
-                first[0])
+        cmps = re.findall(r"(>=|>|<=|<)\s*([0-9][0-9.e+-]*)", a.expr)
+        return f"SGLang `/metrics`: {a.summary.rstrip('.')} (" + ", ".join(f"`{o} {v}`" for o, v in cmps) + ")"
     return {
         "SGLangExporterDown": "`up` of the sidecar is 0, or there is no sidecar target",
         "SGLangTargetDown": "the sidecar's scrape of SGLang's /metrics fails",
