@@ -445,9 +445,9 @@ class LineWriter:
                     f'  File "{pkg}/managers/scheduler.py", line 1000, in run_batch']
         return head + [
             f'  File "{pkg}/model_executor/model_runner.py", line 500, in {func}',
-            f"    return self.model.forward(",
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB. GPU {tp_rank} has a total "
-            f"capacity of {GPU_TOTAL_GIB:.2f} GiB of which 1.01 GiB is free."]
+            "    return self.model.forward(",
+            (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB. GPU {tp_rank} has a total "
+             f"capacity of {GPU_TOTAL_GIB:.2f} GiB of which 1.01 GiB is free.")]
 
     def watchdog(self, when, *, timeout=300, dp_rank=0, tp_rank=0) -> str:
         p = self.prefix(when, dp_rank, tp_rank)
@@ -594,7 +594,7 @@ class Simulator:
             if integer:
                 return self.rng.randint(int(lo), int(hi))
             return self.rng.uniform(lo, hi)
-        return int(round(v)) if integer else float(v)
+        return round(v) if integer else float(v)
 
     def _startup(self, second: int) -> list[str]:
         lines, self.max_total_num_tokens = self.writer.startup(
@@ -652,7 +652,7 @@ class Simulator:
             running = min(mrr, self._pick(phase.running, integer=True))
             queue = self._pick(phase.queue, integer=True)
             usage = round(min(1.0, self._pick(phase.token_usage)), 2)
-            tokens = int(round(usage * self.max_total_num_tokens))
+            tokens = round(usage * self.max_total_num_tokens)
             if phase.gen_throughput is None:
                 tput = round(running / lat["itl"] * rng.uniform(0.97, 1.03), 2) if running else 0.0
             else:
@@ -761,7 +761,7 @@ def serve_metrics(sim: Simulator, host: str = "127.0.0.1", port: int = 0) -> Thr
     """Serve sim.metrics_text() at /metrics in a daemon thread; call .shutdown() and .server_close()."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server API
+        def do_GET(self):
             if self.path.split("?", 1)[0] != "/metrics":
                 self.send_error(404, "only /metrics is served")
                 return
@@ -808,7 +808,7 @@ def run_simulator(scenario, log_path, metrics_listen=None, speed: float = 1.0, d
     if metrics_listen:
         host, port = parse_listen(metrics_listen) if isinstance(metrics_listen, str) else metrics_listen
         server = serve_metrics(sim, host, port)
-    out = sys.stdout if str(log_path) == "-" else open(log_path, "a", encoding="utf-8")
+    out = sys.stdout if str(log_path) == "-" else open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in finally
     try:
         if instant:
             lines = sim.lines_until(end)

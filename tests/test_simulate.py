@@ -11,15 +11,26 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import simulate
 from exporter.ingest.grammar import Parser
-from exporter.simulate import (FAMILIES, LineWriter, Scenario, ScenarioError, Simulator, list_scenarios,
-                               load_scenario, parse_scenario, run_simulator, serve_metrics)
+from exporter.simulate import (
+    FAMILIES,
+    LineWriter,
+    Scenario,
+    ScenarioError,
+    Simulator,
+    list_scenarios,
+    load_scenario,
+    parse_scenario,
+    run_simulator,
+    serve_metrics,
+)
 from tests.helpers import free_port, wait_until
 
 WHEN = datetime(2025, 8, 11, 17, 17, 3)
 EXPECTED = {"healthy_offline", "healthy_online", "queue_starved", "queue_overloaded", "too_conservative",
             "retractions_frequent", "retraction_storm", "oom_prefill", "oom_decode", "headroom_high",
             "headroom_low", "cuda_graph_off", "concurrency_capped", "stalled", "restart"}
-DECODE = dict(running=5, num_tokens=26740, token_usage=0.21, cuda_graph=True, gen_throughput=1834.27, queue=0)
+DECODE = {"running": 5, "num_tokens": 26740, "token_usage": 0.21, "cuda_graph": True, "gen_throughput": 1834.27,
+          "queue": 0}
 
 
 def parse_all(lines):
@@ -108,7 +119,7 @@ def test_decode_line_older_families_exact():
 
 
 def test_retraction_lines_exact():
-    kw = dict(retracted=1, ratio_before=0.9998, ratio_after=1.0, tokens_gained=2048)
+    kw = {"retracted": 1, "ratio_before": 0.9998, "ratio_after": 1.0, "tokens_gained": 2048}
     assert LineWriter("0.5.23", tp=2).retraction(WHEN, tp_rank=1, **kw) == (
         "[2025-08-11 17:17:03 TP1] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
         "#new_tokens_gained: 2048, #new_token_ratio: 0.9998 -> 1.0000")
