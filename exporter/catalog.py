@@ -64,6 +64,7 @@ class Signal:
     advice: tuple = ()
     alert: AlertSpec | None = None
     guide: str = ""           # the tuning-guide sentence it encodes, paraphrased
+    family: str = ""          # signals of one family: the family's critical alert silences its warnings
 
     def params(self, profile: str) -> dict | None:
         """Thresholds in force for `profile`, or None when the signal is inactive there."""
@@ -187,6 +188,7 @@ SIGNALS: tuple[Signal, ...] = (
                         "Advice: increase --schedule-conservativeness (e.g. 1.3).", page=False),
         guide="Occasional `KV cache pool is full. Retract requests.` is fine; frequent ones mean raise "
               "`--schedule-conservativeness`.",
+        family="retractions",
     ),
     Signal(
         id="retraction_storm",
@@ -210,6 +212,7 @@ SIGNALS: tuple[Signal, ...] = (
                         "Advice: increase --schedule-conservativeness, lower --max-running-requests, check "
                         "--mem-fraction-static.", page=True),
         guide="Frequent retractions: increase `--schedule-conservativeness`.",
+        family="retractions",
     ),
     Signal(
         id="gpu_headroom_low",
@@ -398,22 +401,22 @@ class MetaAlert:
 
 META_ALERTS: tuple[MetaAlert, ...] = (
     MetaAlert(AlertSpec("SGLangExporterDown", "5m", "The sglang-exporter sidecar is not being scraped.",
-                        "{{ $labels.instance }}: Prometheus cannot scrape sglang-exporter.", page=True),
+                        "{{ $labels.job }}/{{ $labels.instance }}: Prometheus cannot scrape sglang-exporter.", page=True),
               "critical", "Prometheus has no fresh samples from the sidecar.",
               "Every SGLang health signal and alert of this server is blind."),
-    MetaAlert(AlertSpec("SGLangTargetDown", "5m", "sglang-exporter cannot scrape SGLang's /metrics.",
+    MetaAlert(AlertSpec("SGLangTargetDown", "5m", "The sglang-exporter sidecar cannot scrape SGLang's /metrics.",
                         "{{ $labels.instance }}: scraping SGLang's /metrics fails ({{ $labels.source }}).",
                         page=True),
               "critical", "The sidecar's last scrapes of SGLang's /metrics failed.",
               "SGLang is down or unreachable; metric-fed signals report unknown."),
-    MetaAlert(AlertSpec("SGLangLogParserDrift", "30m", "sglang-exporter no longer recognises SGLang's log lines.",
+    MetaAlert(AlertSpec("SGLangLogParserDrift", "30m", "The sglang-exporter sidecar no longer recognises SGLang's log lines.",
                         "{{ $labels.instance }}: {{ $value | humanizePercentage }} of SGLang log records were "
                         "not recognised in the last 30 minutes.", page=False),
               "warning", "Many SGLang-prefixed log lines match no known format: SGLang's log format probably "
                          "changed under us.",
               "Log-fed signals may go silent; the exporter may miss retractions and OOMs.",
               params={"max_unknown_ratio": 0.2}),
-    MetaAlert(AlertSpec("SGLangLogStale", "15m", "sglang-exporter reads no SGLang log lines.",
+    MetaAlert(AlertSpec("SGLangLogStale", "15m", "The sglang-exporter sidecar reads no SGLang log lines.",
                         "{{ $labels.instance }}: no log line was read from {{ $labels.source }} for 15 "
                         "minutes.", page=False),
               "warning", "The followed log file has produced no lines: the hand-off from SGLang's stderr to "

@@ -171,35 +171,40 @@ def cmd_serve(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    import importlib
-    stale: list[str] = []
-    wrote: list = []
-    for name in ("alerts", "runbooks", "dashboards"):
-        try:
-            mod = importlib.import_module(f"exporter.generate.{name}")
-        except ImportError as exc:
-            _err(f"generator {name} unavailable: {exc}")
-            return EXIT_RUNTIME
-        if args.check:
-            stale += mod.check(None) if _takes_arg(mod.check) else mod.check()
-        else:
-            wrote += mod.generate(None) if _takes_arg(mod.generate) else mod.generate()
+    """Alerts + runbooks, dashboards, and (in a checkout) the Kubernetes copies of both, from the catalog."""
+    from exporter.generate import alerts, dashboards
+    steps = [("alerts and runbooks", alerts.generate, alerts.check),
+             ("dashboards", dashboards.generate, dashboards.check)]
+    deploy = _deploy_generator()
+    if deploy is not None:
+        steps.append(("kubernetes manifests", lambda: deploy.main([]) and [], deploy.stale))
     if args.check:
-        for s in stale:
-            print(f"stale: {s}", file=sys.stderr)
+        stale = [f"{what}: {path}" for what, _, check in steps for path in check()]
+        for line in stale:
+            print(f"stale: {line}", file=sys.stderr)
         if stale:
             _err("generated files are stale; run `sglang-exporter generate` and commit the result")
             return EXIT_RUNTIME
         print("generated files are fresh")
         return EXIT_OK
-    for p in wrote:
-        print(f"wrote {p}")
+    for what, generate, _ in steps:   # in order: the manifests copy the rules and dashboards written first
+        for path in generate() or []:
+            print(f"wrote {path}")
+        print(f"generated {what}")
     return EXIT_OK
 
 
-def _takes_arg(fn) -> bool:
-    import inspect
-    return bool(inspect.signature(fn).parameters)
+def _deploy_generator():
+    """deploy/kubernetes/generate.py of this checkout (not part of an installed package), or None."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes" / "generate.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("sglang_exporter_deploy_generate", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def cmd_demo(args) -> int:

@@ -50,8 +50,7 @@ WATCHDOG = "SGLangAlertingWatchdog"
 BLINDING_ALERTS = ("SGLangStalled", "SGLangTargetDown", "SGLangExporterDown")
 
 # Signals of one family: a critical of the family silences the family's warnings on the same instance.
-# (Candidate for a catalog field `Signal.family`.)
-FAMILIES = {"retractions_frequent": "retractions", "retraction_storm": "retractions"}
+FAMILIES = {s.id: s.family for s in catalog.SIGNALS if s.family}
 
 # SGLang's own metrics the native rules read: exposed name -> (first version, last version or None, type).
 # From shared/reference/sglang-formats.md §5 (exposed names; counters always end in _total).
