@@ -122,6 +122,11 @@ def _key_lines(text: str) -> dict[tuple, int]:
 
 def load_file(path: str) -> dict:
     """Read and validate a YAML config file into Config keyword arguments."""
+    return _load_file(path)[0]
+
+
+def _load_file(path: str) -> tuple[dict, dict]:
+    """load_file, plus where each setting came from ("FILE:LINE: key") for later cross-field checks."""
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -134,7 +139,7 @@ def load_file(path: str) -> dict:
         at = f":{mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}{at}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
     if data is None:
-        return {}
+        return {}, {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of settings")
     lines = _key_lines(text)
@@ -152,7 +157,7 @@ def load_file(path: str) -> dict:
         else:
             known = ", ".join(sorted([*_SCALARS, "signals"]))
             raise ConfigError(f"{where(str(key))}: unknown setting (known: {known})")
-    return out
+    return out, {key: where(key) for key in out}
 
 
 def _signals(value, where) -> dict:
@@ -192,27 +197,36 @@ def from_env(environ=os.environ) -> dict:
 def build(flags: dict, environ=os.environ, config_file: str | None = None) -> Config:
     """Merge defaults < file < env < flags (flags: only the options the user gave, None meaning unset)."""
     path = config_file or environ.get(ENV_PREFIX + "CONFIG") or None
-    merged: dict = load_file(path) if path else {}
-    merged.update(from_env(environ))
+    merged, origin = _load_file(path) if path else ({}, {})
+    env = from_env(environ)
+    merged.update(env)
+    origin.update({key: ENV_PREFIX + _SCALARS[key][1] for key in env})
     for key, value in flags.items():
         if value is None or (key == "log_files" and not value):
             continue
-        merged[key] = _coerce(key, value, "--" + key.replace("_", "-").rstrip("s")
-                              if key == "log_files" else "--" + key.replace("_", "-"))
-    return validate(replace(Config(), **merged))
+        flag = "--" + key.replace("_", "-").rstrip("s") if key == "log_files" else "--" + key.replace("_", "-")
+        merged[key] = _coerce(key, value, flag)
+        origin[key] = flag
+    return validate(replace(Config(), **merged), origin)
 
 
-def validate(cfg: Config) -> Config:
+def validate(cfg: Config, origin: dict | None = None) -> Config:
+    """Cross-field and value checks. `origin` maps a key to where its value came from ("FILE:LINE: key",
+    an environment variable or a flag), so the message names that place; defaults are named by key."""
+    origin = origin or {}
+
+    def at(key: str) -> str:
+        return origin.get(key, key)
     if cfg.profile not in PROFILES:
-        raise ConfigError(f"profile: unknown profile {cfg.profile!r} (known: {', '.join(PROFILES)})")
+        raise ConfigError(f"{at('profile')}: unknown profile {cfg.profile!r} (known: {', '.join(PROFILES)})")
     if cfg.scrape_timeout >= cfg.scrape_interval:
-        raise ConfigError(f"scrape_timeout ({cfg.scrape_timeout}s) must be below scrape_interval "
-                          f"({cfg.scrape_interval}s)")
-    split_host_port(cfg.listen, "listen")
+        raise ConfigError(f"{at('scrape_timeout')}: scrape_timeout ({cfg.scrape_timeout}s) must be below "
+                          f"scrape_interval ({cfg.scrape_interval}s, from {at('scrape_interval')})")
+    split_host_port(cfg.listen, at("listen"))
     if cfg.sglang_url:
         u = urlparse(cfg.sglang_url)
         if u.scheme not in ("http", "https") or not u.netloc:
-            raise ConfigError(f"sglang_url: expected http(s)://HOST:PORT, got {cfg.sglang_url!r}")
+            raise ConfigError(f"{at('sglang_url')}: expected http(s)://HOST:PORT, got {cfg.sglang_url!r}")
     if cfg.web_config and not os.path.isfile(cfg.web_config):
-        raise ConfigError(f"web_config: no such file {cfg.web_config!r}")
+        raise ConfigError(f"{at('web_config')}: no such file {cfg.web_config!r}")
     return cfg

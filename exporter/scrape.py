@@ -90,14 +90,29 @@ def parse_exposition(text: str) -> ScrapeResult:
 def scrape(url: str, timeout: float, max_bytes: int) -> ScrapeResult:
     """GET `url` (SGLang's /metrics) within `timeout` seconds and at most `max_bytes`."""
     start = time.monotonic()
+    deadline = start + timeout
     try:
         req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            body = resp.read(max_bytes + 1)
-            if len(body) > max_bytes:
+            length = resp.headers.get("Content-Length")
+            if length and length.isdigit() and int(length) > max_bytes:
                 raise ValueError(f"response larger than {max_bytes} bytes")
-            if time.monotonic() - start > timeout:
-                raise TimeoutError("timed out")
+            # read in pieces and check the deadline between them: a target that dribbles bytes slower than
+            # the socket timeout would otherwise hold one scrape far past `timeout`
+            chunks, size = [], 0
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("timed out")
+                _set_timeout(resp, remaining)
+                chunk = resp.read1(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > max_bytes:
+                    raise ValueError(f"response larger than {max_bytes} bytes")
+            body = b"".join(chunks)
         res = parse_exposition(body.decode("utf-8", errors="replace"))
     except urllib.error.HTTPError as exc:
         res = ScrapeResult(False, error=f"HTTP {exc.code}")
@@ -108,6 +123,14 @@ def scrape(url: str, timeout: float, max_bytes: int) -> ScrapeResult:
         res = ScrapeResult(False, error=f"not a Prometheus exposition: {exc}"[:300])
     res.duration = time.monotonic() - start
     return res
+
+
+def _set_timeout(resp, seconds: float) -> None:
+    """Shrink the socket timeout of a response to what is left of the scrape's deadline (best effort)."""
+    try:
+        resp.fp.raw._sock.settimeout(max(seconds, 0.001))
+    except (AttributeError, OSError):
+        pass
 
 
 def metrics_url(base: str) -> str:

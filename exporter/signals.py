@@ -155,7 +155,10 @@ def _latency(state, p, sources, now, window):
                 continue
             t0, first = next(((t, b) for t, b in h.snapshots if t >= now - window), h.snapshots[0])
             _, last = h.snapshots[-1]
-            delta = {le: last[le] - first.get(le, 0.0) for le in last}
+            if max(last.values(), default=0.0) < max(first.values(), default=0.0):
+                delta = dict(last)     # counters reset (SGLang restarted): everything since counts
+            else:
+                delta = {le: last[le] - first.get(le, 0.0) for le in last}
             p99 = quantile(0.99, delta)
             if p99 is None:
                 continue

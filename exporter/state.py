@@ -16,6 +16,7 @@ from exporter.ingest.events import Event
 
 MAX_RANKS = 64            # distinct rank label sets kept; more fold into "other" (bounded label sets)
 MAX_WINDOW_SAMPLES = 20000  # per window; a window never holds more, whatever the input rate
+OTHER_RANK = ("other", None, None)
 FRACTION_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped")
 
 
@@ -145,9 +146,10 @@ class ServerState:
         elif kind == "retraction":
             if f.get("testing"):
                 return
-            self.retracted_requests_total += int(f.get("retracted_reqs") or 0)
-            # every TP rank prints the same retraction; count the one of TP rank 0 (or untagged)
+            # every TP rank prints the same retraction; count the one of TP rank 0 (or untagged), for the
+            # event counter and the retracted-requests sum alike (else TP=N counts N times the requests)
             if not ev.rank.get("tp"):
+                self.retracted_requests_total += int(f.get("retracted_reqs") or 0)
                 self.retractions_total += 1
                 self.retractions.push(now)
         elif kind == "oom":
@@ -182,15 +184,16 @@ class ServerState:
     def _startup_line(self, kind: str, now: float, restart_if_batches: bool = False,
                       restart_if_any: bool = False) -> None:
         """A start-up line starts a new epoch when it cannot belong to the current start-up sequence."""
-        if (self.epoch_started is None or kind in self._startup_seen
-                or (restart_if_batches and self.last_batch_t is not None)
+        after_batches = restart_if_batches and self.last_batch_t is not None
+        if (self.epoch_started is None or kind in self._startup_seen or after_batches
                 or (restart_if_any and self._startup_seen)):
-            self._new_epoch(now)
+            # batch lines before the first start-up line: we joined a running server and it restarted
+            self._new_epoch(now, joined_running=after_batches)
         self._startup_seen.add(kind)
 
-    def _new_epoch(self, now: float) -> None:
+    def _new_epoch(self, now: float, joined_running: bool = False) -> None:
         """SGLang (re)started: start-up facts and windows restart; counters keep counting."""
-        if self.epoch_started is not None:
+        if self.epoch_started is not None or joined_running:
             self.restarts += 1
         self.epoch += 1
         self.epoch_started = now
@@ -204,14 +207,19 @@ class ServerState:
             w.clear()
         self.graph_off.clear()
 
+    def _new_rank(self, key: tuple) -> RankValues:
+        """A slot for a rank not seen yet; past MAX_RANKS - 1 distinct ranks they share the "other" slot, so
+        the table (and the exported label sets) never exceed MAX_RANKS entries."""
+        if len(self.ranks) >= MAX_RANKS - 1:
+            key = OTHER_RANK
+        return self.ranks.setdefault(key, RankValues())
+
     def _batch(self, ev: Event, now: float) -> None:
         f = ev.fields
         key = rank_key(ev.rank)
         rv = self.ranks.get(key)
         if rv is None:
-            if len(self.ranks) >= MAX_RANKS:
-                key = ("other", None, None)
-            rv = self.ranks.setdefault(key, RankValues())
+            rv = self._new_rank(key)
         rv.t = now
         queue = f.get("queue_req")
         running = f.get("running_req")
@@ -266,9 +274,7 @@ class ServerState:
             if not self.log_fed:
                 rv = self.ranks.get(key)
                 if rv is None:
-                    if len(self.ranks) >= MAX_RANKS:
-                        key = ("other", None, None)
-                    rv = self.ranks.setdefault(key, RankValues())
+                    rv = self._new_rank(key)
                 rv.t = now
                 for attr in ("queue", "running", "usage", "throughput", "cuda_graph"):
                     if vals.get(attr) is not None:

@@ -1,0 +1,62 @@
+"""State windows, rank tables and helpers."""
+from __future__ import annotations
+
+from exporter.config import Config
+from exporter.state import MAX_RANKS, MAX_WINDOW_SAMPLES, HitWindow, ServerState, TimeWindow, usage_of
+from test_signals import T0, decode
+
+
+def test_hit_window_counts_and_expires():
+    w = HitWindow(10)
+    for i in range(10):
+        w.push(T0 + i, i % 2 == 0)
+    assert (w.total, w.hits) == (10, 5)
+    w.expire(T0 + 14)              # keeps samples at >= T0 + 4
+    assert (w.total, w.hits) == (6, 3)
+    w.clear()
+    assert (w.total, w.hits) == (0, 0)
+
+
+def test_hit_window_bounded():
+    w = HitWindow(1e9)
+    for i in range(MAX_WINDOW_SAMPLES + 500):
+        w.push(T0 + i, True)
+    assert w.total == MAX_WINDOW_SAMPLES and w.hits == MAX_WINDOW_SAMPLES
+
+
+def test_time_window_weight_and_count():
+    w = TimeWindow(60)
+    for i in range(6):
+        w.push(T0 + 10 * i, 2.0)
+    assert w.weight_since(T0 + 20) == 8.0
+    assert w.count_since(T0 + 20) == 4
+    w.expire(T0 + 100)             # edge T0 + 40 kept
+    assert w.count_since(0) == 2
+
+
+def test_ranks_bounded_with_other_bucket():
+    st = ServerState(Config().signal_params())
+    for tp in range(200):
+        st.apply_event(decode(tp=tp, dp=tp % 3), T0 + tp)
+    assert len(st.ranks) == MAX_RANKS
+    assert ("other", None, None) in st.ranks
+
+
+def test_rank_values_latest_per_rank():
+    st = ServerState(Config().signal_params())
+    st.apply_event(decode(queue=5, running=7, usage=0.5, tp=0), T0)
+    st.apply_event(decode(queue=9, running=3, usage=0.7, tp=1), T0 + 1)
+    st.apply_event(decode(queue=1, running=2, usage=0.9, tp=0), T0 + 2)
+    assert st.ranks[(None, 0, None)].queue == 1
+    assert st.ranks[(None, 1, None)].running == 3
+    # TP ranks of one DP rank share one scheduler queue: the lowest TP rank speaks for it
+    assert st.pending() == 1 + 2
+    st.apply_event(decode(queue=4, running=4, dp=1, tp=2), T0 + 3)
+    assert st.pending() == 1 + 2 + 4 + 4
+
+
+def test_usage_of_hybrid_pools():
+    assert usage_of({"token_usage": 0.3}) == 0.3
+    assert usage_of({"full_token_usage": 0.3, "swa_token_usage": 0.8}) == 0.8
+    assert usage_of({"mamba_usage": 0.4}) == 0.4
+    assert usage_of({}) is None
