@@ -1,0 +1,148 @@
+"""Configuration precedence (flags > env > file > defaults) and errors that name file:line and key."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from exporter.cli import main
+from exporter.config import Config, ConfigError, build, from_env, load_file
+
+
+def write(tmp_path, text, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def test_defaults():
+    cfg = build({}, environ={})
+    assert cfg == Config()
+    assert cfg.listen == "0.0.0.0:10060" and cfg.profile == "offline"
+    assert cfg.scrape_interval == 15.0 and cfg.scrape_timeout == 5.0
+
+
+def test_precedence_flags_env_file_defaults(tmp_path):
+    path = write(tmp_path, """\
+        profile: online
+        scrape_interval: 30
+        scrape_timeout: 10
+        listen: 127.0.0.1:1111
+        log_files: [/var/log/a.log]
+        """)
+    env = {"SGLANG_EXPORTER_LISTEN": "127.0.0.1:2222", "SGLANG_EXPORTER_SCRAPE_TIMEOUT": "3"}
+    cfg = build({"listen": "127.0.0.1:3333"}, environ=env, config_file=path)
+    assert cfg.listen == "127.0.0.1:3333"            # flag beats env and file
+    assert cfg.scrape_timeout == 3.0                  # env beats file
+    assert cfg.profile == "online" and cfg.scrape_interval == 30.0   # file beats defaults
+    assert cfg.log_files == ("/var/log/a.log",)
+    assert cfg.poll_interval == Config().poll_interval                # default
+    cfg = build({"listen": None, "log_files": []}, environ=env, config_file=path)
+    assert cfg.listen == "127.0.0.1:2222" and cfg.log_files == ("/var/log/a.log",)   # unset flags ignored
+
+
+def test_config_file_from_env(tmp_path):
+    path = write(tmp_path, "profile: multi-turn\n")
+    assert build({}, environ={"SGLANG_EXPORTER_CONFIG": path}).profile == "multi-turn"
+
+
+def test_env_types():
+    env = {"SGLANG_EXPORTER_LOG_FILE": "/a.log,/b/*.log", "SGLANG_EXPORTER_FROM_START": "yes",
+           "SGLANG_EXPORTER_SCRAPE_MAX_BYTES": "1000", "SGLANG_EXPORTER_PROFILE": ""}
+    out = from_env(env)
+    assert out == {"log_files": ("/a.log", "/b/*.log"), "from_start": True, "scrape_max_bytes": 1000}
+    with pytest.raises(ConfigError, match="SGLANG_EXPORTER_FROM_START: expected true or false"):
+        from_env({"SGLANG_EXPORTER_FROM_START": "maybe"})
+    with pytest.raises(ConfigError, match="SGLANG_EXPORTER_SCRAPE_INTERVAL: expected a number"):
+        from_env({"SGLANG_EXPORTER_SCRAPE_INTERVAL": "fast"})
+
+
+def test_signal_overrides(tmp_path):
+    path = write(tmp_path, """\
+        profile: online
+        signals:
+          queue_above_range: {max_queue: 500}
+          queue_below_range: {enabled: true}
+          latency_high: {enabled: false}
+        """)
+    params = build({}, environ={}, config_file=path).signal_params()
+    assert params["queue_above_range"]["max_queue"] == 500
+    assert params["queue_below_range"]["min_queue"] == 100      # inactive in online, enabled explicitly
+    assert params["latency_high"] is None
+
+
+@pytest.mark.parametrize("text,line,key,why", [
+    ("profile: online\nbogus: 1\n", 2, "bogus", "unknown setting"),
+    ("profile: online\n\nscrape_interval: fast\n", 3, "scrape_interval", "expected a number"),
+    ("from_start: maybe\n", 1, "from_start", "expected true or false"),
+    ("log_files: 5\n", 1, "log_files", "expected a list"),
+    ("signals:\n  nope: {}\n", 2, "signals.nope", "unknown signal"),
+    ("signals:\n  stalled:\n    stall_seconds: 30\n    stall_minutes: 1\n", 4, "signals.stalled.stall_minutes",
+     "unknown parameter"),
+    ("signals:\n  stalled:\n    stall_seconds: soon\n", 3, "signals.stalled.stall_seconds",
+     "expected a non-negative number"),
+    ("signals:\n  stalled:\n    enabled: 1\n", 3, "signals.stalled.enabled", "expected true or false"),
+    ("scrape_interval: 10\nscrape_timeout: 10\n", 2, "scrape_timeout", "must be below scrape_interval"),
+    ("scrape_timeout: 20\n", 1, "scrape_timeout", "must be below scrape_interval"),
+    ("profile: batchy\n", 1, "profile", "unknown profile"),
+    ("listen: nowhere\n", 1, "listen", "expected HOST:PORT"),
+    ("sglang_url: localhost:30000\n", 1, "sglang_url", "expected http"),
+])
+def test_errors_name_file_line_and_key(tmp_path, text, line, key, why):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        build({}, environ={}, config_file=path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}:{line}: {key}"), msg
+    assert why in msg
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    path = write(tmp_path, "profile: online\nsignals: [unclosed\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:\d+: not valid YAML"):
+        load_file(path)
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        build({}, environ={}, config_file="/nonexistent/c.yaml")
+
+
+def test_flag_and_env_errors_name_them():
+    with pytest.raises(ConfigError, match="^--listen: expected HOST:PORT"):
+        build({"listen": "nope"}, environ={})
+    with pytest.raises(ConfigError, match="^SGLANG_EXPORTER_SCRAPE_TIMEOUT: scrape_timeout"):
+        build({}, environ={"SGLANG_EXPORTER_SCRAPE_TIMEOUT": "30"})
+    with pytest.raises(ConfigError, match="^--scrape-interval: must be positive"):
+        build({"scrape_interval": 0}, environ={})
+
+
+def test_check_config_cli(tmp_path, capsys):
+    good = write(tmp_path, "profile: online\nlog_files: [/x.log]\n", "good.yaml")
+    assert main(["check-config", good]) == 0
+    assert "ok (profile online" in capsys.readouterr().out
+    bad = write(tmp_path, "profile: online\nscrape_timeot: 3\n", "bad.yaml")
+    assert main(["check-config", bad]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:2: scrape_timeot: unknown setting" in err
+
+
+def test_check_config_subprocess_exit_code(tmp_path):
+    bad = write(tmp_path, "signals:\n  retraction_storm:\n    per_min: 3\n")
+    proc = subprocess.run([sys.executable, "-m", "exporter", "check-config", bad], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"{bad}:3: signals.retraction_storm.per_min: unknown parameter" in proc.stderr
+
+
+def test_configuration_doc_covers_every_setting():
+    from pathlib import Path
+
+    from exporter.config import _SCALARS, ENV_PREFIX
+    doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    for key, (_, env) in _SCALARS.items():
+        assert f"`{key}`" in doc, key
+        assert ENV_PREFIX + env in doc, env
+    assert "SGLANG_EXPORTER_CONFIG" in doc and "signals" in doc
