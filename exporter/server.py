@@ -86,6 +86,14 @@ def _check_auth(header: str | None, users: dict) -> bool:
 class _Handler(BaseHTTPRequestHandler):
     server_version = f"sglang-exporter/{__version__}"
     protocol_version = "HTTP/1.1"
+    timeout = 30      # a client that stalls mid-request (or mid-handshake) frees its thread
+
+    def setup(self):
+        super().setup()
+        # TLS handshake here, in the request's own thread: done in accept() it would let one silent client
+        # block every other scrape
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()
 
     def log_message(self, fmt, *args):   # quiet: access logs would flood the sidecar's own stderr
         pass
@@ -150,7 +158,7 @@ class App:
 
 def make_server(sidecar, host: str, port: int, web: dict | None = None) -> ThreadingHTTPServer:
     web = web or {}
-    server = ThreadingHTTPServer((host, port), _Handler)
+    server = _Server((host, port), _Handler)
     server.daemon_threads = True
     server.app = App(sidecar, web)
     tls = web.get("tls") or {}
@@ -158,8 +166,16 @@ def make_server(sidecar, host: str, port: int, web: dict | None = None) -> Threa
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(tls["cert_file"], tls["key_file"])
-        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     return server
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # failed handshakes, resets and timeouts of clients are not ours to print tracebacks about
+        import sys
+        if not isinstance(sys.exc_info()[1], (OSError, ssl.SSLError)):
+            super().handle_error(request, client_address)
 
 
 def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:

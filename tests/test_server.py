@@ -1,0 +1,213 @@
+"""`sglang-exporter serve` as a real subprocess: endpoints, SIGTERM, exit codes, TLS and basic auth."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from helpers import free_port, wait_until
+
+ROOT = Path(__file__).parent.parent
+LOG = """\
+[2025-08-11 17:17:00] server_args=ServerArgs(model_path='m', served_model_name='m', schedule_conservativeness=1.0, cuda_graph_max_bs=160)
+[2025-08-11 17:17:01] max_total_num_tokens=130000, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=4097, context_len=131072, available_gpu_mem=13.50 GB
+[2025-08-11 17:17:02] The server is fired up and ready to roll!
+[2025-08-11 17:17:03 TP0] Decode batch, #running-req: 5, #token: 100, token usage: 0.50, cuda graph: True, gen throughput (token/s): 10.00, #queue-req: 0
+"""
+
+
+class Served:
+    def __init__(self, args, env=None, scheme="http"):
+        self.port = free_port()
+        self.base = f"{scheme}://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "exporter", "serve", *args,
+                                      "--listen", f"127.0.0.1:{self.port}"], cwd=ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate(timeout=10)
+
+
+def get(url, context=None, headers=None):
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=5, context=context) as resp:
+            return resp.status, resp.headers, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, exc.read().decode()
+
+
+@pytest.fixture
+def logfile(tmp_path):
+    p = tmp_path / "sglang.log"
+    p.write_text(LOG)
+    return str(p)
+
+
+@pytest.fixture
+def served(logfile):
+    s = Served(["--log-file", logfile, "--from-start"])
+    try:
+        wait_until(lambda: get(s.base + "/readyz")[0] == 200, timeout=20, what="serve to be ready")
+        yield s
+    finally:
+        s.stop()
+
+
+def test_endpoints(served):
+    status, headers, body = get(served.base + "/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    assert "sglang_exporter_build_info" in body and "process_cpu_seconds_total" in body
+    # the log was read from the start
+    wait_until(lambda: 'sglang_exporter_signal_firing{severity="info",signal="gpu_headroom_high"} 1.0'
+               in get(served.base + "/metrics")[2], timeout=20, what="headroom signal from the log")
+
+    assert get(served.base + "/healthz")[:1] == (200,)
+    assert get(served.base + "/readyz")[2] == "ready\n"
+
+    status, headers, body = get(served.base + "/api/v1/signals")
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    doc = json.loads(body)
+    assert set(doc) == {"version", "profile", "time", "model", "format_family", "signals", "advice"}
+    assert doc["profile"] == "offline" and doc["model"] == "m"
+    by_id = {s["id"]: s for s in doc["signals"]}
+    assert set(by_id["gpu_headroom_high"]) == {"id", "title", "severity", "state", "value", "unit", "detail",
+                                               "since", "advice", "runbook_url"}
+    assert by_id["gpu_headroom_high"]["state"] == "firing"
+    assert by_id["gpu_headroom_high"]["unit"] == "bytes"
+    assert by_id["gpu_headroom_high"]["advice"] == ["--mem-fraction-static"]
+    assert by_id["latency_high"] if "latency_high" in by_id else True
+    assert "latency_high" not in by_id                       # inactive offline: absent
+    assert all(s["state"] in ("firing", "ok", "unknown") for s in doc["signals"])
+    adv = {a["flag"]: a for a in doc["advice"]}
+    assert adv["--mem-fraction-static"]["action"] == "increase"
+    assert set(adv["--mem-fraction-static"]) == {"flag", "action", "current", "suggested", "signals", "severity",
+                                                 "reason"}
+
+    status, headers, body = get(served.base + "/")
+    assert status == 200 and "text/html" in headers["Content-Type"] and "/api/v1/signals" in body
+    assert get(served.base + "/nope")[0] == 404
+
+
+def test_sigterm_exits_zero(served):
+    served.proc.send_signal(signal.SIGTERM)
+    assert served.proc.wait(timeout=10) == 0
+
+
+def test_api_doc_lists_every_key(served):
+    doc = (ROOT / "docs" / "api.md").read_text()
+    body = json.loads(get(served.base + "/api/v1/signals")[2])
+    keys = set(body) | set(body["signals"][0]) | set(body["advice"][0] if body["advice"] else {})
+    for key in keys:
+        assert f"`{key}`" in doc, key
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--bogus"], "--bogus"),
+    (["--profile", "batchy"], "--profile"),
+    (["--listen-port", "1"], "--listen-port"),
+])
+def test_bad_flags_exit_2(args, needle):
+    proc = subprocess.run([sys.executable, "-m", "exporter", "serve", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 2 and needle in proc.stderr
+
+
+def test_bad_values_exit_2(tmp_path, logfile):
+    def run(*args, env=None):
+        return subprocess.run([sys.executable, "-m", "exporter", "serve", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=30, env={**os.environ, **(env or {})})
+    proc = run("--log-file", logfile, "--listen", "nowhere")
+    assert proc.returncode == 2 and "--listen" in proc.stderr
+    proc = run("--log-file", logfile, "--scrape-timeout", "20", "--sglang-url", "http://127.0.0.1:1")
+    assert proc.returncode == 2 and "--scrape-timeout" in proc.stderr
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("profile: online\nlisten_addr: x\n")
+    proc = run("--config", str(cfg), "--log-file", logfile)
+    assert proc.returncode == 2 and f"{cfg}:2: listen_addr" in proc.stderr
+    proc = run("--log-file", logfile, env={"SGLANG_EXPORTER_SCRAPE_INTERVAL": "soon"})
+    assert proc.returncode == 2 and "SGLANG_EXPORTER_SCRAPE_INTERVAL" in proc.stderr
+    proc = run()
+    assert proc.returncode == 2 and "--log-file" in proc.stderr
+    webcfg = tmp_path / "web.yaml"
+    webcfg.write_text("tls_server_config: {cert_file: a}\n")
+    proc = run("--log-file", logfile, "--web-config", str(webcfg))
+    assert proc.returncode == 2 and "key_file" in proc.stderr
+
+
+def test_port_in_use_is_runtime_failure(served, logfile):
+    proc = subprocess.run([sys.executable, "-m", "exporter", "serve", "--log-file", logfile, "--listen",
+                           f"127.0.0.1:{served.port}"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "--listen" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------- TLS / auth
+@pytest.fixture
+def cert(tmp_path):
+    openssl = shutil.which("openssl")
+    if not openssl:
+        pytest.skip("openssl not installed")
+    crt, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out",
+                    str(crt)], check=True, capture_output=True, timeout=60)
+    return str(crt), str(key)
+
+
+def _serve_web(tmp_path, logfile, web_yaml):
+    web = tmp_path / "web.yaml"
+    web.write_text(web_yaml)
+    return Served(["--log-file", logfile, "--web-config", str(web)], scheme="https" if "tls" in web_yaml
+                  else "http")
+
+
+def test_tls(tmp_path, logfile, cert):
+    crt, key = cert
+    s = _serve_web(tmp_path, logfile, f"tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n")
+    try:
+        ctx = ssl.create_default_context(cafile=crt)
+        wait_until(lambda: get(s.base + "/healthz", context=ctx)[0] == 200, timeout=20, what="TLS server")
+        assert "sglang_exporter_build_info" in get(s.base + "/metrics", context=ctx)[2]
+        with pytest.raises(OSError):     # plain HTTP on the TLS port does not get metrics
+            urllib.request.urlopen(f"http://127.0.0.1:{s.port}/metrics", timeout=5).read()
+        # a client that connects and never starts the handshake must not block other clients
+        with socket.create_connection(("127.0.0.1", s.port), timeout=5):
+            assert get(s.base + "/healthz", context=ctx)[0] == 200
+    finally:
+        s.stop()
+
+
+def test_basic_auth(tmp_path, logfile, cert):
+    bcrypt = pytest.importorskip("bcrypt")
+    crt, key = cert
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    s = _serve_web(tmp_path, logfile, f"tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n"
+                                      f"basic_auth_users:\n  prom: '{hashed}'\n")
+    try:
+        ctx = ssl.create_default_context(cafile=crt)
+
+        def auth(user, pw):
+            return {"Authorization": "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()}
+        wait_until(lambda: get(s.base + "/healthz", context=ctx, headers=auth("prom", "s3cret"))[0] == 200,
+                   timeout=20, what="auth server")
+        status, headers, _ = get(s.base + "/metrics", context=ctx)
+        assert status == 401 and "Basic" in headers["WWW-Authenticate"]
+        assert get(s.base + "/metrics", context=ctx, headers=auth("prom", "wrong"))[0] == 401
+        assert get(s.base + "/metrics", context=ctx, headers=auth("eve", "s3cret"))[0] == 401
+        assert get(s.base + "/metrics", context=ctx, headers=auth("prom", "s3cret"))[0] == 200
+    finally:
+        s.stop()
