@@ -1,0 +1,674 @@
+"""The file follower: rotation matrix, partial and long lines, odd bytes, discovery, the inotify loop.
+
+No sleeps as waits: the follower is driven by calling poll() directly; the one threaded test polls with a
+deadline (helpers.wait_until).
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import sys
+import threading
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.ingest import follower as follower_mod
+from exporter.ingest.containers import ContainerDecoder
+from exporter.ingest.follower import Follower, FollowStats, Line, _cut_point, _Splitter, read_lines
+
+
+def texts(lines: list[Line]) -> list[str]:
+    return [ln.text for ln in lines]
+
+
+def numbered(i: int) -> str:
+    # Varying widths, so segments never line up byte for byte by accident.
+    return f"line {i:05d} " + "x" * (i % 7)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rotation matrix
+
+
+class LogWriter:
+    """A program writing numbered lines to a log, and the rotation that `mode` describes.
+
+    `starts` records the index of the first line of each file, so the expected line numbers follow.
+    `on_write` is called after every write() (the driver polls on its own cadence); `poll` is called at the
+    moments a scenario wants the follower to look (between a rename and the re-creation, before a truncation).
+    """
+
+    def __init__(self, d: Path, mode: str, pieces: int, on_write, poll) -> None:
+        self.d, self.mode, self.pieces, self.on_write, self.poll = d, mode, pieces, on_write, poll
+        self.nrot = 0
+        if mode == "symlink":
+            self.path = d / "current.log"
+            target = d / "seg0.log"
+            target.touch()
+            os.symlink(target, self.path)
+        else:
+            self.path = d / "app.log"
+            target = self.path
+        self.fh = open(target, "ab", buffering=0)  # noqa: SIM115
+        self.starts = [0]
+        self.next = 0
+        self.lag = 0
+
+    def line(self, i: int) -> None:
+        data = (numbered(i) + "\n").encode()
+        k = max(1, len(data) // self.pieces)
+        cuts = [data[j:j + k] for j in range(0, k * (self.pieces - 1), k)] + [data[k * (self.pieces - 1):]]
+        for piece in cuts:
+            self.fh.write(piece)
+            self.on_write()
+        self.next = i + 1
+        if self.lag:
+            self.lag -= 1
+            if not self.lag:
+                self._recreate()
+
+    def _recreate(self) -> None:
+        if self.mode == "rename_poll_between":
+            self.poll()               # path still missing; the old file has the lag lines
+        self.fh.close()
+        self.fh = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        self.starts.append(self.next)
+
+    def rotate(self) -> None:
+        self.nrot += 1
+        m = self.mode
+        if m in ("rename", "rename_poll_between"):
+            os.rename(self.path, f"{self.path}.{self.nrot}")
+            if m == "rename_poll_between":
+                self.poll()
+            self.lag = 3              # the program keeps writing to the renamed file for a while
+        elif m == "copytruncate":
+            self.poll()               # caught up: the guarantee is "no loss when the follower has caught up"
+            shutil.copyfile(self.path, f"{self.path}.{self.nrot}")
+            os.truncate(self.path, 0)  # the program's O_APPEND fd now writes at 0
+            self.starts.append(self.next)
+        elif m == "truncate":
+            self.poll()               # truncation destroys unread data: drain first
+            self.fh.close()
+            self.fh = open(self.path, "wb", buffering=0)  # noqa: SIM115
+            self.starts.append(self.next)
+        elif m in ("delete_recreate", "delete_poll_between"):
+            os.unlink(self.path)      # the follower's open fd keeps the unread rest readable
+            if m == "delete_poll_between":
+                self.poll()
+            self.fh.close()
+            self.fh = open(self.path, "ab", buffering=0)  # noqa: SIM115
+            self.starts.append(self.next)
+        elif m == "symlink":
+            new = self.d / f"seg{self.nrot}.log"
+            new.touch()
+            tmp = self.d / "link.tmp"
+            os.symlink(new, tmp)
+            os.replace(tmp, self.path)  # atomic switch, as kubelet does for a restarted container
+            self.fh.close()
+            self.fh = open(new, "ab", buffering=0)  # noqa: SIM115
+            self.starts.append(self.next)
+        else:
+            raise AssertionError(m)
+
+    def expected_linenos(self, n: int) -> list[int]:
+        out = []
+        for i in range(n):
+            start = max(s for s in self.starts if s <= i)
+            out.append(i - start + 1)
+        return out
+
+
+MODES = ["rename", "rename_poll_between", "copytruncate", "truncate", "delete_recreate", "delete_poll_between",
+         "symlink"]
+ROTATE_AT = (70, 140)   # segments of 70, 70 and 60 lines: the second has the first's size (fingerprint case)
+
+
+# poll-every-61: many writes (and a rotation) between two polls, but at most one rotation per poll interval;
+# two rotations without a poll in between skip the middle file (test_two_rotations_between_polls_...).
+@pytest.mark.parametrize("poll_every", [1, 4, 61], ids=["poll-each-write", "poll-every-4", "poll-every-61"])
+@pytest.mark.parametrize("pieces", [1, 3], ids=["whole-lines", "lines-in-3-writes"])
+@pytest.mark.parametrize("mode", MODES)
+def test_rotation_matrix_every_line_once_in_order(tmp_path, mode, pieces, poll_every):
+    n = 200
+    got: list[Line] = []
+    box: dict = {}
+    writes = [0]
+
+    def poll():
+        got.extend(box["f"].poll())
+
+    def on_write():
+        writes[0] += 1
+        if writes[0] % poll_every == 0:
+            poll()
+
+    w = LogWriter(tmp_path, mode, pieces, on_write, poll)
+    f = box["f"] = Follower([str(w.path)], from_start=True)
+    poll()
+    for i in range(n):
+        if i in ROTATE_AT:
+            w.rotate()
+        w.line(i)
+    poll()
+    w.fh.close()
+
+    assert texts(got) == [numbered(i) for i in range(n)]
+    assert [ln.lineno for ln in got] == w.expected_linenos(n)
+    assert not any(ln.cut for ln in got)
+    assert {ln.source for ln in got} == {str(w.path)}
+    stats = f.stats[str(w.path)]
+    if mode in ("copytruncate", "truncate"):
+        assert (stats.rotations, stats.truncations) == (0, 2)
+    else:
+        assert (stats.rotations, stats.truncations) == (2, 0)
+    assert stats.lines_read == n and stats.up
+    f.close()
+
+
+@pytest.mark.parametrize("poll_every", [1, 3, 100])
+@pytest.mark.parametrize("pieces", [1, 2])
+def test_rotation_matrix_cri_partials_through_decoder(tmp_path, pieces, poll_every):
+    """CRI logical lines split into P/P/F physical lines, with rename rotations between them."""
+    got: list[Line] = []
+    box: dict = {}
+    writes = [0]
+
+    def poll():
+        got.extend(box["f"].poll())
+
+    def on_write():
+        writes[0] += 1
+        if writes[0] % poll_every == 0:
+            poll()
+
+    w = LogWriter(tmp_path, "rename", pieces, on_write, poll)
+    f = box["f"] = Follower([str(w.path)], from_start=True)
+    poll()
+    messages = []
+    for i in range(60):
+        if i in (20, 40):
+            w.rotate()
+            w.lag = 0
+            w._recreate()
+        msg = f"[2025-08-11 17:17:03 TP{i % 2}] Decode batch. #running-req: {i}, #queue-req: {i * 3}"
+        messages.append(msg)
+        a, b = msg[:15], msg[15:30]
+        stream = "stderr" if i % 3 else "stdout"
+        for tag, part in (("P", a), ("P", b), ("F", msg[30:])):
+            data = f"2025-08-11T17:17:03.{i:09d}Z {stream} {tag} {part}\n".encode()
+            k = max(1, len(data) // pieces)
+            for j in range(0, len(data), k):
+                w.fh.write(data[j:j + k])
+                on_write()
+    poll()
+    dec = ContainerDecoder()
+    recs = [r for ln in got if (r := dec.feed(ln.lineno, ln.text)) is not None] + dec.flush_all()
+    assert dec.format == "cri"
+    assert [r.text for r in recs] == messages
+    assert recs[0].time == "2025-08-11T17:17:03.000000000Z" and recs[0].stream == "stdout"
+    assert [r.lineno for r in recs[:3]] == [1, 4, 7]
+    assert recs[20].lineno == 1                     # first record of the second file
+    f.close()
+
+
+def test_copytruncate_loss_window_is_exactly_the_unread_tail(tmp_path):
+    """Documented limit: lines written after the follower's last poll and before the truncation are lost
+    (the data is gone from the file; only the copy has them). Nothing else is lost or repeated."""
+    p = tmp_path / "app.log"
+    p.write_text("".join(f"{numbered(i)}\n" for i in range(10)))
+    f = Follower([str(p)], from_start=True)
+    assert len(f.poll()) == 10
+    with open(p, "a") as fh:
+        fh.write("".join(f"{numbered(i)}\n" for i in range(10, 15)))   # not yet read ...
+    shutil.copyfile(p, tmp_path / "app.log.1")
+    os.truncate(p, 0)                                                  # ... and gone
+    with open(p, "a") as fh:
+        fh.write("".join(f"{numbered(i)}\n" for i in range(15, 20)))
+    assert texts(f.poll()) == [numbered(i) for i in range(15, 20)]
+    assert f.stats[str(p)].truncations == 1
+
+
+def test_two_rotations_between_polls_skip_the_middle_file(tmp_path):
+    """Documented limit: the follower sees only the file the path names at each poll, and the one it had open.
+    A file that was created and rotated away again between two polls is never opened."""
+    p = tmp_path / "app.log"
+    p.write_text("first\n")
+    f = Follower([str(p)], from_start=True)
+    assert texts(f.poll()) == ["first"]
+    with open(p, "a") as fh:
+        fh.write("first, after the poll\n")
+    os.rename(p, tmp_path / "app.log.1")
+    p.write_text("middle\n")
+    os.rename(p, tmp_path / "app.log.2")
+    p.write_text("last\n")
+    assert texts(f.poll()) == ["first, after the poll", "last"]
+    assert f.stats[str(p)].rotations == 1
+
+
+def test_larger_rewrite_detected_by_head_fingerprint(tmp_path):
+    p = tmp_path / "app.log"
+    p.write_text("alpha 1\nalpha 2\n")
+    f = Follower([str(p)], from_start=True)
+    assert texts(f.poll()) == ["alpha 1", "alpha 2"]
+    p.write_text("bravo 1\nbravo 2\nbravo 3\n")   # truncated and rewritten larger between two polls
+    lines = f.poll()
+    assert texts(lines) == ["bravo 1", "bravo 2", "bravo 3"] and [ln.lineno for ln in lines] == [1, 2, 3]
+    assert f.stats[str(p)].truncations == 1
+
+
+def test_held_partial_emitted_when_file_truncated_or_rotated(tmp_path):
+    p = tmp_path / "app.log"
+    p.write_bytes(b"done\nhalf a li")
+    f = Follower([str(p)], from_start=True)
+    assert texts(f.poll()) == ["done"]
+    p.write_bytes(b"")                           # truncated: "half a li" will never be finished
+    assert texts(f.poll()) == ["half a li"]
+    with open(p, "ab") as fh:
+        fh.write(b"new\nagain half")
+    assert texts(f.poll()) == ["new"]
+    os.rename(p, tmp_path / "app.log.1")
+    p.write_bytes(b"fresh\n")
+    lines = f.poll()
+    assert [(ln.text, ln.lineno) for ln in lines] == [("again half", 2), ("fresh", 1)]
+
+
+def test_deleted_file_is_released_and_read_again_when_recreated(tmp_path):
+    p = tmp_path / "app.log"
+    p.write_text("a\n")
+    f = Follower([str(p)], from_start=True)
+    assert texts(f.poll()) == ["a"]
+    with open(p, "a") as fh:
+        fh.write("b\n")
+    os.unlink(p)
+    assert texts(f.poll()) == ["b"]               # drained from the open fd ...
+    assert f.stats[str(p)].up is False            # ... then let go
+    assert f.poll() == []
+    p.write_text("c\n")
+    assert texts(f.poll()) == ["c"] and f.stats[str(p)].up and f.stats[str(p)].rotations == 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Lines: partial, long, odd bytes
+
+
+def test_partial_line_held_until_newline(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"")
+    f = Follower([str(p)])
+    assert f.poll() == []
+    for piece in (b"[2025", b"-08-11 17:17:03] Deco", b"de batch.", b"\nnext"):
+        with open(p, "ab") as fh:
+            fh.write(piece)
+        lines = f.poll()
+        if piece.startswith(b"\n"):
+            assert texts(lines) == ["[2025-08-11 17:17:03] Decode batch."] and lines[0].lineno == 1
+        else:
+            assert lines == []
+
+
+def test_long_line_cut_and_counted(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"short\n" + b"A" * 1000 + b"\nok\n" + b"B" * 250)
+    f = Follower([str(p)], from_start=True, max_line_bytes=100, read_chunk=64)
+    lines = f.poll()
+    assert [(ln.lineno, ln.text, ln.cut) for ln in lines] == [
+        (1, "short", False), (2, "A" * 100, True), (3, "ok", False), (4, "B" * 100, True)]
+    with open(p, "ab") as fh:
+        fh.write(b"B" * 300 + b"\nafter\n")        # rest of the cut line: discarded up to its newline
+    assert [(ln.lineno, ln.text) for ln in f.poll()] == [(5, "after")]
+    assert f.stats[str(p)].lines_cut == 2 and f.stats[str(p)].lines_read == 5
+
+
+def test_cut_does_not_split_a_utf8_character():
+    out: list[Line] = []
+    s = _Splitter("x", 5)
+    s.feed("abcdé€xyz\n".encode(), out)          # 'é' spans bytes 4-5: cut before it
+    assert out == [Line("x", 1, "abcd", True)]
+    assert _cut_point("€€".encode(), 4) == 3
+
+
+@pytest.mark.parametrize(("max_line_bytes", "peak_limit"), [(1 << 16, 1 << 20), (1 << 20, 6 << 20)])
+def test_ten_megabyte_line_without_newline_keeps_memory_bounded(tmp_path, max_line_bytes, peak_limit):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"")
+    f = Follower([str(p)], max_line_bytes=max_line_bytes)
+    f.poll()
+    with open(p, "ab") as fh:
+        fh.writelines(b"Z" * (1 << 20) for _ in range(10))
+    tracemalloc.start()
+    try:
+        lines = f.poll()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [(len(ln.text), ln.cut) for ln in lines] == [(max_line_bytes, True)]
+    assert peak < peak_limit, f"peak {peak} bytes while reading a 10 MiB line"
+    assert len(f._tails[str(p)].split.buf) == 0
+    with open(p, "ab") as fh:
+        fh.write(b"Z" * 1000 + b"\nnext line\n")
+    assert [(ln.lineno, ln.text) for ln in f.poll()] == [(2, "next line")]
+
+
+def test_invalid_utf8_replaced_and_crlf_stripped(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"caf\xe9 \xff\xfe\nwindows\r\n\xe2\x82\n")
+    f = Follower([str(p)], from_start=True)
+    assert texts(f.poll()) == ["caf\ufffd \ufffd\ufffd", "windows", "\ufffd"]
+
+
+def test_binary_junk_does_not_crash(tmp_path):
+    import random
+
+    rnd = random.Random(7)
+    junk = bytes(rnd.getrandbits(8) for _ in range(300_000))
+    p = tmp_path / "a.bin"
+    p.write_bytes(b"")
+    f = Follower([str(p)], max_line_bytes=4096)
+    f.poll()
+    with open(p, "ab") as fh:
+        fh.write(junk + b"\n")
+    lines = f.poll()
+    assert len(lines) == junk.count(b"\n") + 1
+    assert all(isinstance(ln.text, str) for ln in lines)
+    assert [ln.lineno for ln in lines] == list(range(1, len(lines) + 1))
+
+
+def _reference_lines(data: bytes, mx: int) -> list[tuple[int, str, bool]]:
+    raw_lines = data.split(b"\n")
+    if raw_lines[-1] == b"":
+        raw_lines.pop()
+    out = []
+    for n, raw in enumerate(raw_lines, 1):
+        if len(raw) > mx:
+            out.append((n, raw[:_cut_point(raw, mx)].decode("utf-8", "replace"), True))
+        else:
+            text = raw.decode("utf-8", "replace")
+            out.append((n, text.removesuffix("\r"), False))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"\n", b"a", b"bc", b"\xc3\xa9", b"\xc3", b"\xa9", b"\r", b"\xe2\x82\xac", b"zzzzz"]),
+                max_size=80),
+       st.lists(st.integers(min_value=1, max_value=12), min_size=1, max_size=30),
+       st.integers(min_value=1, max_value=9))
+def test_any_chunking_gives_the_same_lines(tokens, sizes, mx):
+    data = b"".join(tokens)
+    out: list[Line] = []
+    s = _Splitter("x", mx)
+    pos = k = 0
+    while pos < len(data):
+        step = sizes[k % len(sizes)]
+        s.feed(data[pos:pos + step], out)
+        pos += step
+        k += 1
+    s.flush(out)
+    assert [(ln.lineno, ln.text, ln.cut) for ln in out] == _reference_lines(data, mx)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Discovery and start position
+
+
+def test_missing_at_start_then_created(tmp_path):
+    p = tmp_path / "later.log"
+    f = Follower([str(p)])
+    assert f.poll() == []
+    assert f.stats[str(p)] == FollowStats(up=False)
+    p.write_text("first\nsecond\n")               # appeared after start: read from its start
+    lines = f.poll()
+    assert [(ln.lineno, ln.text) for ln in lines] == [(1, "first"), (2, "second")]
+    assert f.stats[str(p)].up is True and f.stats[str(p)].rotations == 0
+
+
+def test_missing_directory_and_non_regular_paths(tmp_path):
+    f = Follower([str(tmp_path / "nodir" / "x.log"), str(tmp_path)])
+    assert f.poll() == []
+    assert not f.stats[str(tmp_path / "nodir" / "x.log")].up
+    assert not f.stats[str(tmp_path)].up and "regular" in f.stats[str(tmp_path)].last_error
+
+
+def test_glob_picks_up_a_second_file(tmp_path):
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text("old a\n")
+    (tmp_path / "a.log.1").write_text("rotated copy, not matched\n")
+    f = Follower([str(tmp_path / "*.log")])
+    assert f.poll() == []                          # existing files: joined at their end
+    with open(a, "a") as fh:
+        fh.write("new a\n")
+    b.write_text("b one\nb two\n")                 # discovered later: read from its start
+    lines = f.poll()
+    assert sorted((ln.source, ln.lineno, ln.text) for ln in lines) == [
+        (str(a), 2, "new a"), (str(b), 1, "b one"), (str(b), 2, "b two")]
+    assert set(f.stats) == {str(a), str(b)}
+
+
+def test_glob_match_that_disappears_and_comes_back_is_a_new_file(tmp_path):
+    a = tmp_path / "a.log"
+    a.write_text("1\n")
+    f = Follower([str(tmp_path / "*.log")], from_start=True)
+    assert texts(f.poll()) == ["1"]
+    a.unlink()
+    assert f.poll() == [] and not f.stats[str(a)].up
+    a.write_text("2\n")
+    assert [(ln.lineno, ln.text) for ln in f.poll()] == [(1, "2")]
+
+
+def test_from_start_vs_end(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_text("one\ntwo\nthree\n")
+    f_end, f_start = Follower([str(p)]), Follower([str(p)], from_start=True)
+    assert f_end.poll() == []
+    assert [(ln.lineno, ln.text) for ln in f_start.poll()] == [(1, "one"), (2, "two"), (3, "three")]
+    with open(p, "a") as fh:
+        fh.write("four\n")
+    assert [(ln.lineno, ln.text) for ln in f_end.poll()] == [(4, "four")]   # numbers count existing lines
+    assert [(ln.lineno, ln.text) for ln in f_start.poll()] == [(4, "four")]
+
+
+def test_join_at_end_keeps_an_unfinished_last_line_whole(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"one\ntw")
+    f = Follower([str(p)])
+    assert f.poll() == []
+    with open(p, "ab") as fh:
+        fh.write(b"o\nthree\n")
+    assert [(ln.lineno, ln.text) for ln in f.poll()] == [(2, "two"), (3, "three")]
+
+
+def test_join_at_end_inside_a_too_long_line_skips_it(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"one\n" + b"L" * 500)
+    f = Follower([str(p)], max_line_bytes=100)
+    assert f.poll() == []
+    with open(p, "ab") as fh:
+        fh.write(b"LLL\nnext\n")
+    assert [(ln.lineno, ln.text) for ln in f.poll()] == [(3, "next")]
+
+
+def test_poll_budget_spreads_a_backlog_over_polls(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_text("".join(f"{i}\n" for i in range(5000)))
+    f = Follower([str(p)], from_start=True, read_chunk=1024, poll_budget=4096)
+    got = []
+    for _ in range(100):
+        got += f.poll()
+        if not f.backlog:
+            break
+    assert texts(got) == [str(i) for i in range(5000)]
+
+
+def test_close_releases_files(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_text("x\n")
+    f = Follower([str(p)])
+    f.poll()
+    fd = f._tails[str(p)].fd
+    f.close()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    assert f.poll() == [] and not f.stats[str(p)].up
+
+
+# ---------------------------------------------------------------------------------------------------------
+# run(): the watchdog loop
+
+
+def _run_in_thread(f: Follower, poll_interval: float):
+    got: list[Line] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def on_lines(lines):
+        with lock:
+            got.extend(lines)
+
+    t = threading.Thread(target=f.run, args=(on_lines, stop), kwargs={"poll_interval": poll_interval},
+                         daemon=True)
+    t.start()
+    return got, stop, t
+
+
+def test_run_with_real_watchdog_observer_delivers_appended_lines(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_text("before\n")
+    f = Follower([str(p)])
+    # A long poll interval: delivery within the deadline below comes from the inotify wake-up.
+    got, stop, t = _run_in_thread(f, poll_interval=60.0)
+    try:
+        wait_until(lambda: f.mode is not None and f.stats.get(str(p), FollowStats()).up, what="follower started")
+        if f.mode != "inotify":
+            pytest.skip("inotify observer cannot start on this host")
+        wait_until(lambda: f._watcher is not None and f._watcher.watches, what="directory watched")
+        with open(p, "a") as fh:
+            fh.write("after 1\nafter 2\n")
+        wait_until(lambda: len(got) >= 2, timeout=10, what="lines delivered")
+        os.rename(p, tmp_path / "a.log.1")
+        p.write_text("rotated 1\n")
+        wait_until(lambda: len(got) >= 3, timeout=10, what="line after rotation delivered")
+        assert texts(got) == ["after 1", "after 2", "rotated 1"]
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    assert not t.is_alive()
+    f.close()
+
+
+def test_run_falls_back_to_polling_when_observer_cannot_start(tmp_path, monkeypatch):
+    def broken():
+        raise OSError(24, "inotify instance limit reached")
+
+    monkeypatch.setattr(follower_mod, "_make_observer", broken)
+    p = tmp_path / "a.log"
+    p.write_text("")
+    f = Follower([str(p)])
+    got, stop, t = _run_in_thread(f, poll_interval=0.02)
+    try:
+        wait_until(lambda: f.mode == "poll" and f.stats.get(str(p), FollowStats()).up, what="polling started")
+        with open(p, "a") as fh:
+            fh.write("polled\n")
+        wait_until(lambda: texts(got) == ["polled"], timeout=10, what="line delivered by polling")
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    assert not t.is_alive()
+
+
+def test_run_survives_a_failing_consumer(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_text("")
+    f = Follower([str(p)])
+    calls: list[list[str]] = []
+    stop = threading.Event()
+
+    def on_lines(lines):
+        calls.append(texts(lines))
+        if len(calls) == 1:
+            raise RuntimeError("consumer bug")
+
+    t = threading.Thread(target=f.run, args=(on_lines, stop), kwargs={"poll_interval": 0.02}, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: f.stats.get(str(p), FollowStats()).up, what="started")
+        with open(p, "a") as fh:
+            fh.write("one\n")
+        wait_until(lambda: len(calls) == 1, what="first delivery")
+        with open(p, "a") as fh:
+            fh.write("two\n")
+        wait_until(lambda: len(calls) == 2, what="second delivery")
+        assert calls == [["one"], ["two"]]
+    finally:
+        stop.set()
+        t.join(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# read_lines
+
+
+def test_read_lines_whole_file(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"one\r\ntwo\n\nlast without newline")
+    assert [(ln.source, ln.lineno, ln.text) for ln in read_lines(str(p))] == [
+        (str(p), 1, "one"), (str(p), 2, "two"), (str(p), 3, ""), (str(p), 4, "last without newline")]
+
+
+def test_read_lines_cuts_long_lines(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"x" * 5000 + b"\ny\n")
+    lines = list(read_lines(str(p), max_line_bytes=1000))
+    assert [(len(ln.text), ln.cut) for ln in lines] == [(1000, True), (1, False)]
+
+
+def test_read_lines_stdin(monkeypatch):
+    fake = io.TextIOWrapper(io.BytesIO(b"a\nb\xff\n"))
+    monkeypatch.setattr(sys, "stdin", fake)
+    assert [(ln.source, ln.text) for ln in read_lines("-")] == [("-", "a"), ("-", "b\ufffd")]
+
+
+def test_read_lines_errors_raised_at_call(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        read_lines(str(tmp_path / "missing.log"))
+    with pytest.raises(IsADirectoryError):
+        read_lines(str(tmp_path))
+    p = tmp_path / "secret.log"
+    p.write_text("x\n")
+    p.chmod(0)
+    if os.geteuid() == 0:
+        pytest.skip("root reads anything")
+    with pytest.raises(PermissionError):
+        read_lines(str(p))
+
+
+def test_read_lines_many_lines(tmp_path):
+    p = tmp_path / "a.log"
+    n = 50_000
+    p.write_text("".join(f"{i}\n" for i in range(n)))
+    lines = list(read_lines(str(p)))
+    assert len(lines) == n and lines[-1] == Line(str(p), n, str(n - 1))
+
+
+def test_unreadable_file_is_down_with_error_then_recovers(tmp_path, monkeypatch):
+    p = tmp_path / "a.log"
+    p.write_text("one\n")
+    real_open = os.open
+
+    def deny(path, *a, **kw):
+        if str(path) == str(p):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(follower_mod.os, "open", deny)
+    f = Follower([str(p)])
+    assert f.poll() == []
+    assert not f.stats[str(p)].up and "Permission denied" in f.stats[str(p)].last_error
+    monkeypatch.setattr(follower_mod.os, "open", real_open)
+    assert texts(f.poll()) == ["one"]           # opened after start: read from its start
+    assert f.stats[str(p)].up and f.stats[str(p)].last_error is None
