@@ -31,8 +31,7 @@ class SourceParser:
 
     def flush(self) -> list[Event]:
         out = []
-        rec = self.decoder.flush()
-        if rec is not None:
+        while (rec := self.decoder.flush()) is not None:     # one unfinished record per stream
             out += self.parser.feed(rec.text, rec.lineno, rec.time)
         return out + self.parser.flush()
 
