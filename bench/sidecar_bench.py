@@ -335,6 +335,8 @@ def main(argv=None) -> int:
             return _finish(broken, err_path)
 
         lat, unseen = latencies(writer.markers, poller.samples)
+        last_seen = max((v for _, v in poller.samples), default=None)
+        last_marker = max((m for m, _ in writer.markers), default=None)
         if writer.markers and not lat:
             broken.append(f"none of {len(writer.markers)} markers ever showed in sglang_exporter_queue_requests")
 
@@ -365,7 +367,8 @@ def main(argv=None) -> int:
         print(f"- lines written: {writer.written} ({achieved:.0f} lines/s achieved in the steady window, "
               f"{writer.bytes / 1e6:.1f} MB in all); RSS before any line: {rss_idle:.1f} MB")
         print(f"- markers: {len(writer.markers)} written, {len(lat)} observed, {unseen} never observed; "
-              f"fast polls: {len(poller.samples)} ok, {poller.errors} failed")
+              f"fast polls: {len(poller.samples)} ok, {poller.errors} failed; last marker {last_marker}, "
+              f"highest value seen {last_seen:.0f}" if last_seen is not None else "")
         if scrapes:
             print(f"- regular scrapes: {len(scrapes)}, mean {statistics.fmean(s[0] for s in scrapes) * 1000:.1f} ms, "
                   f"body {scrapes[-1][1] / 1024:.1f} KiB")
