@@ -349,8 +349,10 @@ SIGNALS: tuple[Signal, ...] = (
         severity="critical",
         inputs=("decode_batch", "prefill_batch", "watchdog_timeout", "sglang:num_running_reqs",
                 "sglang:num_queue_reqs", "sglang:gen_throughput"),
-        formula="seconds since the last batch line > `stall_seconds` while the last queue + running > 0, "
-                "or a watchdog timeout in the window",
+        formula="seconds since the last progress > `stall_seconds` while requests wait (logs: the waiting "
+                "queue of the last batch line > 0, since a decode line prints only every 40 steps and its "
+                "running count may already have finished; /metrics: queue + running > 0 with no token "
+                "counter advancing), or a watchdog timeout in the window",
         value_unit="seconds",
         window_seconds=300,
         defaults={"stall_seconds": 60},

@@ -117,6 +117,7 @@ class ServerState:
         self.last_progress_t: float | None = None
         self.first_t: float | None = None
         self._startup_seen: set = set()
+        self._leader_tp: dict = {}     # DP rank -> the TP rank that prints its batch lines
         window = {sid: (SIGNALS_BY_ID[sid].window_seconds) for sid in SIGNALS_BY_ID}
         self.fraction = {sid: HitWindow(window[sid]) for sid in FRACTION_SIGNALS}
         self.graph_off = HitWindow(window["cuda_graph_off_small_batch"])
@@ -146,9 +147,11 @@ class ServerState:
         elif kind == "retraction":
             if f.get("testing"):
                 return
-            # every TP rank prints the same retraction; count the one of TP rank 0 (or untagged), for the
-            # event counter and the retracted-requests sum alike (else TP=N counts N times the requests)
-            if not ev.rank.get("tp"):
+            # every TP rank of a scheduler group prints the same retraction; count it once per DP rank, from
+            # the rank that prints that DP rank's batch lines (TP0 without DP attention; DP1 TP4 with it),
+            # for the event counter and the retracted-requests sum alike
+            tp = ev.rank.get("tp")
+            if tp is None or tp == self._leader_tp.get(ev.rank.get("dp"), 0):
                 self.retracted_requests_total += int(f.get("retracted_reqs") or 0)
                 self.retractions_total += 1
                 self.retractions.push(now)
@@ -216,6 +219,11 @@ class ServerState:
 
     def _batch(self, ev: Event, now: float) -> None:
         f = ev.fields
+        tp = ev.rank.get("tp")
+        if tp is not None:
+            dp = ev.rank.get("dp")
+            if tp < self._leader_tp.get(dp, 1 << 30) and len(self._leader_tp) < MAX_RANKS:
+                self._leader_tp[dp] = tp     # batch lines come from each DP rank's lowest attention-TP rank
         key = rank_key(ev.rank)
         rv = self.ranks.get(key)
         if rv is None:

@@ -60,3 +60,23 @@ def test_usage_of_hybrid_pools():
     assert usage_of({"full_token_usage": 0.3, "swa_token_usage": 0.8}) == 0.8
     assert usage_of({"mamba_usage": 0.4}) == 0.4
     assert usage_of({}) is None
+
+
+def test_dp_attention_retractions_count_once_per_dp_rank():
+    """With DP attention every TP rank of each DP group prints the retraction; each DP rank's retraction counts
+    once, from the rank that prints that DP rank's batch lines (DP0 TP0, DP1 TP4 for tp=8, dp=2)."""
+    from exporter.config import Config
+    from exporter.engine import Engine
+    from exporter.ingest.events import Event
+
+    def rank(dp, tp):
+        return {"dp": dp, "tp": tp, "pp": None, "ep": None, "attn_cp": None, "moe_dp": None}
+    engine = Engine(Config())
+    for dp, tp in ((0, 0), (1, 4)):
+        engine.ingest(Event("decode_batch", {"running_req": 5, "queue_req": 1, "token_usage": 0.5},
+                            rank=rank(dp, tp)), 1.0)
+    for dp in (0, 1):
+        for tp in range(dp * 4, dp * 4 + 4):
+            engine.ingest(Event("retraction", {"retracted_reqs": 2}, rank=rank(dp, tp)), 2.0)
+    assert engine.state.retractions_total == 2
+    assert engine.state.retracted_requests_total == 4
