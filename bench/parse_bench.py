@@ -31,7 +31,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
-import genlog  # noqa: E402
+import genlog
 
 PY = sys.executable
 
@@ -131,7 +131,7 @@ def _tail(text: str, n: int = 3) -> str:
 def probe(argv, env) -> tuple[bool, str]:
     """Is this command there at all? (its --help exits 0)"""
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+        p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, str(exc)
     if p.returncode != 0:
@@ -155,7 +155,7 @@ def machine_line() -> str:
         allowed = os.cpu_count()
     mtail_v = "mtail missing"
     if shutil.which("mtail"):
-        v = subprocess.run(["mtail", "--version"], capture_output=True, text=True).stdout.strip()
+        v = subprocess.run(["mtail", "--version"], capture_output=True, text=True, check=False).stdout.strip()
         m = re.search(r"mtail version (\S+)", v)
         mtail_v = f"mtail {m.group(1) if m else v}"
     mem = ""
@@ -214,7 +214,6 @@ def main(argv=None) -> int:
 def _run(a, env, tmp, log, size, nlines) -> int:
     pin = pin_prefix(a.no_pin)
     results: list[Result] = []
-    notes: list[str] = []
     print(f"machine: {machine_line()}")
     print(f"file: {log} — {nlines} lines, {size / 1e6:.1f} MB; pinned: {' '.join(pin) or 'no'}; "
           f"repeat: {a.repeat} (best wall); load average before: {_loadavg()}\n", flush=True)
@@ -244,7 +243,7 @@ def _run(a, env, tmp, log, size, nlines) -> int:
         r = measure("mtail (sglang.mtail, one-shot)", argv, pin, a.repeat, out_path)
         if not r.broken:
             got = sum(int(float(m.group(1))) for m in
-                      re.finditer(r'^sglang_decode_batch_lines\{[^}]*\} (\S+)', r.out, re.M))
+                      re.finditer(r'^sglang_decode_batch_lines\{[^}]*\} (\S+)', r.out, re.MULTILINE))
             r.note = f"decode lines matched: {got}"
             if grep_count is not None and got != grep_count:
                 r.broken = True

@@ -40,14 +40,14 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
-import genlog  # noqa: E402
-from parse_bench import machine_line  # noqa: E402
+import genlog
+from parse_bench import machine_line
 
 MARKER_BASE = 1_000_000
 TARGET_CPU_PCT, TARGET_RSS_MB, TARGET_P99_S = 1.0, 40.0, 1.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GAUGE = "sglang_exporter_queue_requests"
-QUEUE_RE = re.compile(rf"^{GAUGE}(?:\{{[^}}]*\}})? (\S+)", re.M)
+QUEUE_RE = re.compile(rf"^{GAUGE}(?:\{{[^}}]*\}})? (\S+)", re.MULTILINE)
 
 
 def free_port() -> int:
@@ -91,7 +91,7 @@ def status_kb(pids: list[int], key: str) -> int:
     total = 0
     for p in pids:
         try:
-            m = re.search(rf"^{key}:\s+(\d+) kB", Path(f"/proc/{p}/status").read_text(), re.M)
+            m = re.search(rf"^{key}:\s+(\d+) kB", Path(f"/proc/{p}/status").read_text(), re.MULTILINE)
         except OSError:
             continue
         if m:
@@ -204,7 +204,7 @@ def latencies(markers, samples) -> tuple[list[float], int]:
 
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, int(round(q / 100.0 * len(xs) + 0.5)) - 1))]
+    return xs[min(len(xs) - 1, max(0, round(q / 100.0 * len(xs) + 0.5) - 1))]
 
 
 def main(argv=None) -> int:
@@ -222,13 +222,13 @@ def main(argv=None) -> int:
     ap.add_argument("--gauge", default=GAUGE, help="the gauge that shows #queue-req (default %(default)s)")
     a = ap.parse_args(argv)
     global QUEUE_RE
-    QUEUE_RE = re.compile(rf"^{re.escape(a.gauge)}(?:\{{[^}}]*\}})? (\S+)", re.M)
+    QUEUE_RE = re.compile(rf"^{re.escape(a.gauge)}(?:\{{[^}}]*\}})? (\S+)", re.MULTILINE)
 
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     base = [sys.executable, "-m", "exporter", "serve"]
     print(f"machine: {machine_line()}")
-    p = subprocess.run(base + ["--help"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    p = subprocess.run(base + ["--help"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     if p.returncode != 0 and not a.serve_cmd:
         why = " | ".join((p.stderr or p.stdout).strip().splitlines()[-2:])
         print(f"SKIPPED: `python -m exporter serve --help` failed (serve not there yet?): {why}")

@@ -11,7 +11,7 @@ from helpers import free_port, require_tool
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
-import genlog  # noqa: E402
+import genlog
 
 
 def _gen(tmp_path: Path, name: str, n: int, seed: int) -> bytes:
