@@ -503,15 +503,21 @@ class Follower:
         return tuple(os.path.abspath(p) for p in self.patterns), frozenset(names)
 
     def run(self, on_lines: Callable[[list[Line]], None], stop: threading.Event,
-            poll_interval: float = 1.0) -> None:
-        """Poll until ``stop`` is set: right away when inotify reports a change in a watched directory, and at
-        least every ``poll_interval`` seconds. Without inotify (observer cannot start, watch limits reached)
-        it polls every ``poll_interval`` seconds."""
+            poll_interval: float = 1.0, min_interval: float = 0.1) -> None:
+        """Poll until ``stop`` is set: when inotify reports a change in a watched directory, and at least
+        every ``poll_interval`` seconds. Without inotify (observer cannot start, watch limits reached) it
+        polls every ``poll_interval`` seconds.
+
+        Wake-ups are coalesced: polls are at least ``min_interval`` apart, so a writer that flushes every few
+        milliseconds costs one poll per ``min_interval``, not one per write (each poll stats and resolves
+        every followed path); lines wait at most that long."""
         wake = threading.Event()
         watcher = self._watcher = _Watcher(wake)
         self.mode = watcher.mode
+        refresh_watches = True
         try:
             while not stop.is_set() and not self._closed:
+                polled_at = time.monotonic()
                 lines = self.poll()
                 if lines:
                     try:
@@ -520,14 +526,22 @@ class Follower:
                         log.exception("log line consumer failed")
                 if self.backlog:
                     continue
-                watcher.update(self.watch_dirs(), *self._interesting())
-                self.mode = watcher.mode
-                deadline = time.monotonic() + poll_interval
+                if refresh_watches:      # directories only change on rotation or new files: the timer catches them
+                    watcher.update(self.watch_dirs(), *self._interesting())
+                    self.mode = watcher.mode
+                deadline = polled_at + poll_interval
+                woken = False
                 while not stop.is_set():
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0 or wake.wait(min(remaining, 0.1)):
+                    if remaining <= 0:
+                        break
+                    if wake.wait(min(remaining, 0.5)):
+                        woken = True
                         break
                 wake.clear()
+                refresh_watches = not woken
+                if woken:
+                    stop.wait(max(0.0, polled_at + min_interval - time.monotonic()))
         finally:
             watcher.stop()
             self._watcher = None
