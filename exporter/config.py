@@ -31,7 +31,7 @@ class Config:
     scrape_timeout: float = 5.0
     scrape_max_bytes: int = 16 * 1024 * 1024
     max_line_bytes: int = 1 << 20
-    poll_interval: float = 1.0
+    poll_interval: float = 0.25
     evaluate_interval: float = 5.0
     web_config: str | None = None
     signals: dict = field(default_factory=dict)   # signal id -> {param: value, "enabled": bool}

@@ -98,8 +98,10 @@ class Sidecar:
     # ------------------------------------------------------------------ threads
     def start(self) -> None:
         if self.follower is not None:
-            t = threading.Thread(target=self.follower.run, name="follow",
-                                 args=(self.on_lines, self.stop, self.config.poll_interval), daemon=True)
+            # appends are picked up by the poll timer; inotify wakes us for rotations (see Follower.run)
+            t = threading.Thread(target=self.follower.run, name="follow", daemon=True,
+                                 args=(self.on_lines, self.stop, self.config.poll_interval),
+                                 kwargs={"wake_on_append": False})
             self.threads.append(t)
         if self.config.sglang_url:
             self.threads.append(threading.Thread(target=self._scrape_loop, name="scrape", daemon=True))

@@ -503,16 +503,20 @@ class Follower:
         return tuple(os.path.abspath(p) for p in self.patterns), frozenset(names)
 
     def run(self, on_lines: Callable[[list[Line]], None], stop: threading.Event,
-            poll_interval: float = 1.0, min_interval: float = 0.1) -> None:
+            poll_interval: float = 1.0, min_interval: float = 0.1, wake_on_append: bool = True) -> None:
         """Poll until ``stop`` is set: when inotify reports a change in a watched directory, and at least
         every ``poll_interval`` seconds. Without inotify (observer cannot start, watch limits reached) it
         polls every ``poll_interval`` seconds.
 
         Wake-ups are coalesced: polls are at least ``min_interval`` apart, so a writer that flushes every few
         milliseconds costs one poll per ``min_interval``, not one per write (each poll stats and resolves
-        every followed path); lines wait at most that long."""
+        every followed path); lines wait at most that long.
+
+        ``wake_on_append=False`` subscribes to structural changes only (rotation, creation, deletion) and leaves
+        appends to the ``poll_interval`` timer: inotify delivers one event per write, and watchdog's Python
+        threads spend far more handling a flood of them than a few timed polls cost."""
         wake = threading.Event()
-        watcher = self._watcher = _Watcher(wake)
+        watcher = self._watcher = _Watcher(wake, appends=wake_on_append)
         self.mode = watcher.mode
         refresh_watches = True
         try:
@@ -573,11 +577,18 @@ def _make_observer():
 _IGNORED_EVENTS = frozenset(("opened", "closed_no_write"))
 
 
+def _structural_events() -> list:
+    from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileCreatedEvent,
+                                 FileDeletedEvent, FileMovedEvent)
+    return [FileCreatedEvent, FileDeletedEvent, FileMovedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
+
+
 class _Watcher:
     """watchdog observer over a changing set of directories; sets ``wake`` on relevant changes."""
 
-    def __init__(self, wake: threading.Event) -> None:
+    def __init__(self, wake: threading.Event, appends: bool = True) -> None:
         self.wake = wake
+        self.appends = appends      # False: structural changes only (create, move, delete), no per-write events
         self.watches: dict[tuple[str, bool], object] = {}
         self.patterns: tuple[str, ...] = ()
         self.names: frozenset[str] = frozenset()
@@ -627,7 +638,8 @@ class _Watcher:
             if key in self.watches:
                 continue
             try:
-                self.watches[key] = self.observer.schedule(self.handler, key[0], recursive=key[1])
+                self.watches[key] = self.observer.schedule(self.handler, key[0], recursive=key[1],
+                                                           event_filter=None if self.appends else _structural_events())
             except (FileNotFoundError, NotADirectoryError, PermissionError):
                 continue
             except Exception as exc:  # noqa: BLE001 - inotify limits: fall back to polling
