@@ -19,21 +19,30 @@ from exporter.ingest.events import EMPTY_RANK, Event
 GIB = 1024 ** 3
 
 # "[2025-08-11 17:17:03.123 DP0 TP1] " / "[17:17:03 TP0] " / "[2025-08-11 17:17:03] "
+# (ASCII digits only: \d would also accept other scripts' digits.) The rank tags are SGLang's scheduler prefix;
+# " encode_server" / " encode_dp_worker[N]" are the encoder-disaggregation servers' (0.5.16+).
 _PREFIX = re.compile(
-    r"\[(?:(\d{4}-\d{2}-\d{2}) )?(\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?((?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\] ?")
-_RANK_TAG = re.compile(r"(DP|PP|TP|EP|ATTN_CP|MOE_DP)(\d+)")
-_BATCH_HEAD = re.compile(r"(Prefill|Decode) batch(?:\(mixed #running-req: (\d+)\))?(?: \[(\d+)\])?([.,]) ?")
-_ACCESS = re.compile(r'INFO: +(\S+) - "(\S+) (\S+) [^"]*" (\d{3})')
+    r"\[(?:([0-9]{4}-[0-9]{2}-[0-9]{2}) )?([0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,]([0-9]{1,6}))?"
+    r"((?: (?:(?:DP|PP|TP|EP|ATTN_CP|MOE_DP)[0-9]+|encode_server|encode_dp_worker\[[0-9]+\]))*)\] ?")
+_RANK_TAG = re.compile(r"(DP|PP|TP|EP|ATTN_CP|MOE_DP)([0-9]+)|encode_dp_worker\[([0-9]+)\]")
+_BATCH_HEAD = re.compile(
+    r"(Prefill|Decode) batch(?:\(mixed #running-req: ([0-9]{1,18})\))?(?: \[([0-9]{1,18})\])?([.,]) ?")
+_ACCESS = re.compile(r'INFO: +(\S+) - "(\S+) (\S+) [^"]*" ([0-9]{3})')
 _WATCHDOG = re.compile(r"(?:(\w+) )?[Ww]atchdog timeout \((.*)\)")
 _EXCEPTION = re.compile(r"(\w+) hit an exception: ?(.*)|Exception in (\w+):")
-_FRAME = re.compile(r'\s*File "[^"]*", line \d+, in (\w+)')
-_TRY_ALLOC = re.compile(r"Try to allocate (\d+) tokens")
-_AVAIL_TOKENS = re.compile(r"Ava(?:ilable|liable) (?:full )?tokens: (\d+)")
-_GB_VALUE = re.compile(r"([\d.]+) GB")
-_SUBPROC = re.compile(r"Subprocess (\S+) \(pid=(\d+)\) crashed with exit code (-?\d+)")
+_FRAME = re.compile(r'\s*File "[^"]*", line [0-9]+, in (\w+)')
+_TRY_ALLOC = re.compile(r"Try to allocate ([0-9]{1,18}) tokens")
+_AVAIL_TOKENS = re.compile(r"Ava(?:ilable|liable) (?:full )?tokens: ([0-9]{1,18})")
+_NUM = r"[0-9]{1,18}(?:\.[0-9]{1,18})?"
+_GB_VALUE = re.compile(rf"({_NUM}) GB")
+_SUBPROC = re.compile(r"Subprocess (\S+) \(pid=([0-9]{1,18})\) crashed with exit code (-?[0-9]{1,18})")
 _RID = re.compile(r"rid='([^']*)'|rid=([\w-]+)")
 _CUDA_OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory")
-_TRIED = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
+_TRIED = re.compile(rf"Tried to allocate ({_NUM}) (B|KiB|MiB|GiB|TiB)")
+_ELAPSED = re.compile(rf"(?:Time elapsed: |elapsed=|in )({_NUM}) s")
+_NUMBER = re.compile(r"-?[0-9]{1,18}(?:\.[0-9]{1,18})?")
+_INT_TEXT = re.compile(r"-?[0-9]{1,4000}")
+_FLOAT_TEXT = re.compile(r"-?(?:[0-9]{1,300}\.?[0-9]{0,300}|\.[0-9]{1,300})(?:[eE][-+]?[0-9]{1,3})?")
 
 # Exact printed keys of batch lines -> stable snake_case field names (docs/log-events.md).
 _BATCH_KEYS = {
@@ -58,6 +67,7 @@ _BATCH_KEYS = {
     "est. read BW (GB/s per GPU)": "est_read_bw_gb_per_s", "est. write BW (GB/s per GPU)": "est_write_bw_gb_per_s",
     "fwd occupancy": "fwd_occupancy", "fwd+idle occupancy": "fwd_idle_occupancy",
 }
+_BATCH_NAMES = frozenset(_BATCH_KEYS.values())
 _GRAPH_KEYS = {"cuda graph": "cuda", "cpu graph": "cpu", "npu graph": "npu", "musa graph": "musa"}
 _RETRACT_KEYS = {"#retracted_reqs": "retracted_reqs", "#aborted_retracted_reqs": "aborted_retracted_reqs",
                  "#new_tokens_gained": "new_tokens_gained", "#mamba_num_gained": "mamba_num_gained"}
@@ -71,51 +81,119 @@ def snake(key: str) -> str:
 
 
 def value_of(text: str):
-    """A printed value as int / float / bool, percentages as 0-1 ratios; anything else stays a string."""
-    if text.isdigit():
+    """A printed value as int / float / bool, percentages as 0-1 ratios; anything else stays a string.
+
+    Only plain ASCII decimal numbers count (no "nan", "inf", "1_000", other scripts' digits, or numbers too big
+    for JSON): SGLang prints ints, `:.2f`/`:.4f` floats and `True`/`False`.
+    """
+    if text.isdigit() and len(text) <= 4000 and text.isascii():
         return int(text)
     if text == "True":
         return True
     if text == "False":
         return False
-    if text.endswith("%"):
-        try:
-            return float(text[:-1]) / 100.0
-        except ValueError:
-            return text
-    try:
-        return float(text)
-    except ValueError:
-        try:
-            return int(text)
-        except ValueError:
-            return text
+    num, scale = (text[:-1], 100.0) if text.endswith("%") else (text, 1.0)
+    if _INT_TEXT.fullmatch(num):
+        return int(num) if scale == 1.0 else int(num) / scale
+    if _FLOAT_TEXT.fullmatch(num):
+        value = float(num)
+        if value - value == 0.0:        # finite (JSON has no NaN / Infinity)
+            return value / scale if scale != 1.0 else value
+    return text
 
 
 def parse_batch_body(body: str, fields: dict) -> None:
-    """Fill `fields` from 'key: value, key: value, ...' (trailing ', ' or ' ' tolerated)."""
+    """Fill `fields` from 'key: value, key: value, ...' (trailing ', ' or ' ' tolerated).
+
+    The generic, tolerant splitter: every printed key becomes a field (known keys by _BATCH_KEYS, unknown ones
+    by snake()); `key: a=1, b=2` (0.4.9's hybrid-SWA form) becomes `a_<key>` and `b_<key>`.
+    """
     base = None
     for piece in body.rstrip(", ").split(", "):
         key, sep, val = piece.partition(": ")
         if not sep:
             # continuation of a split value: "#token: full=1, swa=2" -> this piece is "swa=2"
             sub, eq, val = piece.partition("=")
-            if eq and base:
-                fields[f"{sub.strip()}_{base}"] = value_of(val.strip())
+            sub = sub.strip()
+            if eq and base and sub.isidentifier():
+                fields[f"{sub}_{base}"] = value_of(val.strip())
             continue
         val = val.strip()
         backend = _GRAPH_KEYS.get(key)
         if backend is not None:
-            fields["cuda_graph"] = val == "True"
             fields["graph_backend"] = backend
+            fields["cuda_graph"] = val == "True"
             base = None
             continue
-        base = _BATCH_KEYS.get(key) or snake(key)
+        base = _BATCH_KEYS.get(key)
+        if base is None:
+            base = snake(key)
+            if not base or base in _BATCH_NAMES:    # garbage that would pass for a contract field: not ours
+                base = None
+                continue
         sub, eq, subval = val.partition("=")
         if eq and sub.isidentifier():
             fields[f"{sub}_{base}"] = value_of(subval)
         else:
-            fields[base] = value_of(val)
+            value = value_of(val)
+            if type(value) is str and key in _BATCH_KEYS:
+                continue                            # a known numeric field keeps its type or is left out
+            fields[base] = value
+
+
+# Fast paths: whole-message regexes for the shapes that make up nearly all of a real log (plain and speculative
+# decode lines of every version, prefill lines 0.3.6-0.5.8 and 0.5.10+, single GPU / TP / DP). Anything else
+# (PD, hybrid pools, MFU/occupancy tails, 0.3.x mixed prefill, 0.5.9's order, odd spacing) does not match and
+# takes the generic splitter; the fields are the same either way (tests/test_grammar_properties.py checks).
+_I = "[0-9]{1,18}"
+_F = "[0-9]{1,18}\\.[0-9]{1,18}"
+_GRAPH_ALT = "(cuda|cpu|npu|musa) graph: (True|False)"
+_FAST_SHAPES = {
+    "decode_batch": (
+        rf"Decode batch(?: \[({_I})\])?([.,]) #running-req: ({_I}), #token: ({_I}), token usage: ({_F}), "
+        rf"(?:accept len: ({_F}), (?:accept rate: ({_F}), )?)?(?:{_GRAPH_ALT}, )?"
+        rf"gen throughput \(token/s\): ({_F}), #queue-req: ({_I})(, )?",
+        ("forward_iter", None, "running_req", "num_tokens", "token_usage", "spec_accept_length", "spec_accept_rate",
+         "graph_backend", "cuda_graph", "gen_throughput", "queue_req", None)),
+    "prefill_batch": (
+        rf"Prefill batch(?: \[({_I})\])?([.,]) #new-seq: ({_I}), #new-token: ({_I}), #cached-token: ({_I}), "
+        rf"(?:cache hit rate: ({_F})%, )?token usage: ({_F}), #running-req: ({_I}), #queue-req: ({_I})"
+        rf"(?:, #pending-token: ({_I}))?(?:, input throughput \(token/s\): ({_F}))?(?:, {_GRAPH_ALT})?"
+        rf"(?:, input throughput \(token/s\): ({_F}))?(, )?",     # 0.5.9: throughput, graph; 0.5.10+: graph, throughput
+        ("forward_iter", None, "new_seq", "new_token", "cached_token", "cache_hit_rate", "token_usage",
+         "running_req", "queue_req", "pending_token", "input_throughput", "graph_backend", "cuda_graph",
+         "input_throughput", None)),
+}
+
+
+def _fast_plan(kind: str, offset: int):
+    """(regex text, build(groups) -> fields, separator group, trailing-comma group, forward-iter group).
+
+    Group indices are absolute in _LINE's groups() (the prefix's 4 groups come first). build() is generated
+    straight-line code (one statement per group): measurably faster than a loop over a plan."""
+    regex, names = _FAST_SHAPES[kind]
+    assert re.compile(regex).groups == len(names), kind
+    lines = ["def build(g):", "    f = {}"]
+    for i, name in enumerate(names):
+        if name:
+            lines.append(f"    v = g[{offset + i}]")
+            lines.append(f"    if v is not None: f[{name!r}] = {_CONVERT_CODE.get(name, 'int(v)')}")
+    lines.append("    return f")
+    namespace: dict = {}
+    exec("\n".join(lines), namespace)  # noqa: S102 - code built above from constant names only
+    return regex, namespace["build"], offset + names.index(None), offset + len(names) - 1, offset
+
+
+_CONVERT_CODE = {"token_usage": "float(v)", "spec_accept_length": "float(v)", "spec_accept_rate": "float(v)",
+                 "gen_throughput": "float(v)", "input_throughput": "float(v)", "cache_hit_rate": "float(v) / 100.0",
+                 "cuda_graph": 'v == "True"', "graph_backend": "v"}
+_PREFIX_GROUPS = _PREFIX.groups
+_FAST_DECODE = _fast_plan("decode_batch", _PREFIX_GROUPS)
+_FAST_PREFILL = _fast_plan("prefill_batch", _PREFIX_GROUPS + re.compile(_FAST_DECODE[0]).groups)
+# The whole line in one regex call: SGLang's prefix, then (optionally) a fast-path batch message to the end.
+# When neither batch shape matches, the optional group is empty and m.end() is where the message starts.
+_LINE = re.compile(_PREFIX.pattern + "(?:" + _FAST_DECODE[0] + r"\Z|" + _FAST_PREFILL[0] + r"\Z)?")
+_DECODE_SEP, _PREFILL_SEP = _FAST_DECODE[2], _FAST_PREFILL[2]
 
 
 def split_top_level(text: str, sep: str) -> list[str]:
@@ -145,7 +223,9 @@ def split_top_level(text: str, sep: str) -> list[str]:
 
 
 def _json_safe(value) -> bool:
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if isinstance(value, float):
+        return value - value == 0.0      # finite: JSON has no NaN / Infinity
+    if value is None or isinstance(value, (str, int, bool)):
         return True
     if isinstance(value, (list, tuple)):
         return all(_json_safe(v) for v in value)
@@ -206,7 +286,7 @@ class Parser:
         self.kinds: Counter = Counter()
         self.format_family: str | None = None
         self._pending: _Pending | None = None
-        self._date_cache: tuple[str, float] = ("", 0.0)
+        self._date_key, self._date_ts, self._date_iso = "", 0.0, ""   # last "date time" seen (one per second)
         self._rank_cache: dict[str, dict] = {"": EMPTY_RANK}
         self._day_offset = 0.0       # time-only prefixes (SGLang 0.3.0-0.3.3): add a day when the clock wraps
         self._last_tod = -1.0
@@ -214,26 +294,75 @@ class Parser:
 
     # ------------------------------------------------------------------ public API
     def feed(self, text: str, lineno: int = 0, container_time: str | None = None) -> list[Event]:
+        """One physical line (or container record) -> the Events it completes (usually 0 or 1)."""
+        try:
+            return self._feed(text, lineno, container_time)
+        except Exception:  # noqa: BLE001 - a source never crashes the process; the line counts as malformed
+            self._pending = None
+            self.unparsed["malformed"] += 1
+            return []
+
+    def _feed(self, text: str, lineno: int, container_time: str | None) -> list[Event]:
         if not text or text.isspace():
-            self.unparsed["empty"] += 1
+            p = self._pending
+            if p is not None:           # part of a multi-line record (the KV-pool OOM message ends with "\n")
+                p.lines += 1
+            else:
+                self.unparsed["empty"] += 1
             return []
         if "\x00" in text:
             self.unparsed["binary"] += 1
             return []
-        m = _PREFIX.match(text) if text[0] == "[" else None
+        m = _LINE.match(text) if text[0] == "[" else None
         if m is None and "[" in text:
-            m = _PREFIX.search(text)
+            m = _LINE.search(text)
         if m is None:
             return self._bare(text, lineno, container_time)
         out = self.flush() if self._pending else []
-        date, tod, frac, ranks = m.group(1, 2, 3, 4)
-        ts, iso = self._time(date, tod, frac)
-        if ts is None and container_time:
+        g = m.groups()
+        date, tod, frac, ranks = g[0], g[1], g[2], g[3]
+        if date is not None:
+            key = date + tod
+            if key == self._date_key:
+                ts, iso = self._date_ts, self._date_iso
+            else:
+                ts, iso = self._date_time(date, tod)
+            if frac and ts is not None:
+                ts += int(frac) / 10 ** len(frac)
+                iso = f"{iso}.{frac}"
+            if ts is None and container_time:
+                ts, iso = _container_ts(container_time), container_time
+        elif container_time:
+            # time-only prefix (0.3.0-0.3.3): the container's full timestamp says which day it is
+            self._time_only(tod, frac)
             ts, iso = _container_ts(container_time), container_time
+        else:
+            ts, iso = self._time_only(tod, frac)
         rank = self._rank_cache.get(ranks) if ranks else EMPTY_RANK
         if rank is None:
             rank = self._rank(ranks)
-        ev = self._message(text[m.end():], date is None)
+        sep = g[_DECODE_SEP]
+        if sep is not None:
+            fast, kind = _FAST_DECODE, "decode_batch"
+        else:
+            sep = g[_PREFILL_SEP]
+            fast, kind = (_FAST_PREFILL, "prefill_batch") if sep is not None else (None, None)
+        if fast is not None:
+            fields = fast[1](g)
+            if sep == "," and date is not None and g[fast[3]] is None:
+                self.format_family = "0.5.9-0.5.23"         # the common case, without the call
+            else:
+                self.format_family = self._family(sep, g[fast[4]] is not None, g[fast[3]] is not None,
+                                                  "cuda_graph" in fields, date is None, fast is _FAST_DECODE)
+            self.recognised += 1
+            self.kinds[kind] += 1
+            ev = Event(kind, fields, iso, ts, rank, self.source, lineno)
+            if out:
+                out.append(ev)
+                return out
+            return [ev]
+        start = m.end()
+        ev = self._message(text[start:], date is None)
         if ev is None:
             self.unparsed["unknown_message"] += 1
             return out
@@ -316,55 +445,75 @@ class Parser:
             if len(p.funcs) > 64:
                 del p.funcs[:32]
             return
-        if not p.oom_line and (_CUDA_OOM.search(text) or "out of memory. Try to lower" in text):
+        if not p.oom_line and (_CUDA_OOM.search(text) or "out of memory. Try to lower" in text
+                               or "alloc_req_slots runs out of memory" in text
+                               or "Not enough memory. Please try to increase" in text):
+            # raised RuntimeErrors surface only inside the traceback, never as their own log record
             p.oom_line, p.oom_text = lineno, stripped
         if not stripped.startswith(("^", "~")):
             p.last = stripped
 
-    def _time(self, date, tod, frac):
-        if date is None:
-            h, m, s = int(tod[:2]), int(tod[3:5]), int(tod[6:8])
-            sod = h * 3600 + m * 60 + s + (int(frac) / 10 ** len(frac) if frac else 0.0)
-            if sod + 43200 < self._last_tod:
-                self._day_offset += 86400.0
-            self._last_tod = sod
-            return self._day_offset + sod, tod + (f".{frac}" if frac else "")
-        key = date + tod
-        cached_key, cached_ts = self._date_cache
-        if key == cached_key:
-            ts = cached_ts
-        else:
-            try:
-                ts = float(calendar.timegm((int(date[:4]), int(date[5:7]), int(date[8:10]),
-                                            int(tod[:2]), int(tod[3:5]), int(tod[6:8]), 0, 0, 0)))
-            except (ValueError, OverflowError):
-                return None, None
-            self._date_cache = (key, ts)
+    def _time_only(self, tod: str, frac):
+        """`HH:MM:SS` without a date (0.3.0-0.3.3): seconds since the first day of the log, day by day."""
+        h, m, s = int(tod[:2]), int(tod[3:5]), int(tod[6:8])
+        sod = h * 3600 + m * 60 + s + (int(frac) / 10 ** len(frac) if frac else 0.0)
+        if sod + 43200 < self._last_tod:
+            self._day_offset += 86400.0
+        self._last_tod = sod
+        return self._day_offset + sod, tod + (f".{frac}" if frac else "")
+
+    def _date_time(self, date: str, tod: str):
+        try:
+            ts = float(calendar.timegm((int(date[:4]), int(date[5:7]), int(date[8:10]),
+                                        int(tod[:2]), int(tod[3:5]), int(tod[6:8]), 0, 0, 0)))
+        except (ValueError, OverflowError):
+            return None, None
         iso = f"{date}T{tod}"
-        if frac:
-            ts += int(frac) / 10 ** len(frac)
-            iso += f".{frac}"
+        self._date_key, self._date_ts, self._date_iso = date + tod, ts, iso
         return ts, iso
 
     def _rank(self, ranks: str) -> dict:
         rank = dict(EMPTY_RANK)
-        for tag, num in _RANK_TAG.findall(ranks):
-            rank[tag.lower()] = int(num)
+        for tag, num, encoder_dp in _RANK_TAG.findall(ranks):
+            if tag:
+                rank[tag.lower()] = int(num)
+            else:
+                rank["dp"] = int(encoder_dp)
         if len(self._rank_cache) < 4096:
             self._rank_cache[ranks] = rank
         return rank
 
-    def _family(self, head_sep: str, iteration, body: str, has_graph: bool, time_only: bool) -> str:
+    def _family(self, sep: str, has_iter: bool, trailing: bool, has_graph: bool, time_only: bool,
+                decode: bool) -> str:
+        """The SGLang version family a batch line's shape points to (docs/log-events.md, "Format family")."""
         if time_only:
             return "0.3.0-0.3.3"
-        if head_sep == ".":
-            return "0.4.7-0.5.3" if has_graph else "0.3.4-0.4.6"
-        if iteration is not None and self.format_family in (None, "0.5.4"):
-            return "0.5.4"
-        return "0.5.5-0.5.8" if body.endswith(", ") else "0.5.9-0.5.23"
+        if sep == ".":
+            if has_graph:
+                return "0.4.7-0.5.3"
+            if decode:
+                return "0.3.4-0.4.6"
+            # a prefill line looks the same in 0.3.4-0.5.3: keep what a decode line said
+            current = self.format_family
+            return current if current in ("0.3.4-0.4.6", "0.4.7-0.5.3") else "0.3.4-0.5.3"
+        if trailing:
+            return "0.5.4-0.5.8" if has_iter else "0.5.5-0.5.8"
+        return "0.5.9-0.5.23"
 
     def _message(self, msg: str, time_only: bool):
         c = msg[:1]
+        # the frequent ones first: uvicorn access lines and --log-requests lines
+        if c == "I" and msg.startswith("INFO:"):
+            m = _ACCESS.match(msg)
+            if m:
+                client, method, path, status = m.groups()
+                return Event("http_access", {"client": client, "method": method, "path": path,
+                                             "status": int(status)}, None, None, EMPTY_RANK)
+            return None
+        if (c == "R" or c == "F") and msg.startswith(("Receive: ", "Finish: ")):
+            m = _RID.search(msg, 0, 4000)
+            return Event("request_log", {"phase": "receive" if c == "R" else "finish",
+                                         "rid": (m.group(1) or m.group(2)) if m else None}, None, None, EMPTY_RANK)
         if c == "D" or c == "P":
             if msg.startswith(("Decode batch", "Prefill batch")):
                 return self._batch(msg, time_only)
@@ -390,16 +539,6 @@ class Parser:
             return _kv_alloc(msg)
         if msg.startswith("Capture ") and (" begin" in msg or " end" in msg):
             return _capture(msg)
-        if msg.startswith("INFO:"):
-            m = _ACCESS.match(msg)
-            if m:
-                return Event("http_access", {"client": m.group(1), "method": m.group(2), "path": m.group(3),
-                                             "status": int(m.group(4))})
-            return None
-        if msg.startswith(("Receive: ", "Finish: ")):
-            m = _RID.search(msg, 0, 4000)
-            return Event("request_log", {"phase": "receive" if msg[0] == "R" else "finish",
-                                         "rid": (m.group(1) or m.group(2)) if m else None})
         if "atchdog timeout (" in msg:
             m = _WATCHDOG.search(msg)
             if m:
@@ -435,7 +574,7 @@ class Parser:
         m = _BATCH_HEAD.match(msg)
         if m is None:
             return _MALFORMED
-        kind = "decode_batch" if m.group(1) == "Decode" else "prefill_batch"
+        decode = m.group(1) == "Decode"
         fields: dict = {}
         if m.group(2) is not None:
             fields["mixed_running_req"] = int(m.group(2))
@@ -445,8 +584,9 @@ class Parser:
         parse_batch_body(body, fields)
         if "running_req" not in fields and "new_seq" not in fields:
             return _MALFORMED
-        self.format_family = self._family(m.group(4), m.group(3), body, "cuda_graph" in fields, time_only)
-        return Event(kind, fields)
+        self.format_family = self._family(m.group(4), m.group(3) is not None, body.endswith(", "),
+                                          "cuda_graph" in fields, time_only, decode)
+        return Event("decode_batch" if decode else "prefill_batch", fields, None, None, EMPTY_RANK)
 
 
 _MALFORMED = Event("malformed", {})
@@ -454,7 +594,7 @@ _MULTILINE = frozenset({"scheduler_exception", "oom"})
 
 
 def _first_number(text: str):
-    m = re.search(r"-?\d+(?:\.\d+)?", text)
+    m = _NUMBER.search(text)
     return value_of(m.group(0)) if m else None
 
 
@@ -531,7 +671,13 @@ def _load_weight(msg: str) -> Event:
     m = re.search(r"type=(\w+)", msg)
     if m:
         fields["model_type"] = m.group(1)
-    m = re.search(r"elapsed=([\d.]+) s", msg)
+    m = re.search(r"dtype=([\w.]+)", msg)
+    if m:
+        fields["dtype"] = m.group(1)
+    m = re.search(r"quant=([\w.-]+)", msg)
+    if m:
+        fields["quantization"] = m.group(1)
+    m = _ELAPSED.search(msg)
     if m:
         fields["elapsed_seconds"] = float(m.group(1))
     return Event("load_weight", fields)
@@ -539,7 +685,10 @@ def _load_weight(msg: str) -> Event:
 
 def _kv_alloc(msg: str) -> Event:
     fields: dict = {}
-    m = re.search(r"#tokens: (\d+)", msg)
+    m = re.match(r"(.*?) (?:is allocated|VA upper bound)", msg)
+    if m:
+        fields["cache"] = m.group(1)[:100]
+    m = re.search(r"#tokens: ([0-9]{1,18})", msg)
     if m:
         fields["num_tokens"] = int(m.group(1))
     for key, name in (("K size: ", "k_size_bytes"), ("V size: ", "v_size_bytes"), ("KV size: ", "kv_size_bytes")):
@@ -558,8 +707,8 @@ def _capture(msg: str) -> Event:
     fields = _avail(msg, "avail mem=")
     fields["phase"] = "begin" if " begin" in msg.split(".", 1)[0] else "end"
     head = msg[len("Capture "):].split(" begin", 1)[0].split(" end", 1)[0]
-    fields["target"] = head
-    m = re.search(r"(?:Time elapsed: |elapsed=)([\d.]+) s", msg)
+    fields["target"] = head[:100]
+    m = _ELAPSED.search(msg)
     if m:
         fields["elapsed_seconds"] = float(m.group(1))
     return Event("graph_capture", fields)
@@ -582,6 +731,10 @@ def _oom_fields(text: str, phase: str) -> dict:
         return {"phase": "prefill", "source": "kv_pool"}
     if "Decode out of memory" in text:
         return {"phase": "decode", "source": "kv_pool"}
+    if "alloc_req_slots runs out of memory" in text:
+        return {"phase": "decode", "source": "req_pool"}
+    if "Not enough memory. Please try to increase" in text:
+        return {"phase": "startup", "source": "startup"}
     fields = {"phase": phase, "source": "cuda"}
     m = _TRIED.search(text)
     if m:
