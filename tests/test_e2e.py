@@ -1,0 +1,270 @@
+"""End to end: simulated SGLang -> sglang-exporter serve -> real Prometheus (generated rules, short windows)
+-> real Alertmanager (the example routing) -> webhook receivers. One shared stack; see docs/e2e.md and
+tests/e2e_harness.py."""
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+
+import pytest
+import yaml
+from e2e_harness import (
+    AM_EXAMPLE,
+    JOB,
+    NAMESPACE,
+    RECEIVERS,
+    STALL_SECONDS,
+    Stack,
+    alertmanager_config,
+    cases,
+    documented_signals,
+    get_json,
+    receiver_for,
+    routing_tree,
+)
+from helpers import require_tool
+
+from exporter import catalog
+from exporter.generate import alerts as gen
+
+pytestmark = pytest.mark.real
+
+CASES = cases()
+CASE_IDS = [c.name for c in CASES]
+HEALTHY = {c.name for c in CASES if not c.signals}
+TUNING = {"too_conservative", "queue_overloaded", "cuda_graph_off", "headroom_high", "headroom_low",
+          "concurrency_capped"}
+
+
+@pytest.fixture(scope="session")
+def stack(request):
+    s = Stack(CASES)
+    request.addfinalizer(s.close)      # runs even when start() fails half way
+    s.start()
+    s.settle()
+    return s
+
+
+def _explain(stack, name=None) -> str:
+    lines = [f"settled: {stack.settled} {stack.settle_error}", f"timings: {stack.timings}"]
+    missing = stack.want_notified() - stack.notified()
+    if missing:
+        lines.append(f"missing notifications: {sorted(missing)}")
+    if name is not None:
+        r = stack.running[name]
+        lines.append(f"exporter signals before Prometheus: {r.signals_before_prometheus}")
+        lines.append(f"exporter output:\n{r.proc.tail(15)}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ static: the inputs
+
+def test_every_documented_scenario_is_covered():
+    names = set(CASE_IDS)
+    assert set(documented_signals()) <= names
+    # the brief's groups are all there
+    assert {"healthy_offline", "restart", "retraction_storm", "stalled", "oom_prefill", "oom_decode"} <= names
+    assert names >= TUNING
+    for c in CASES:
+        for sid in c.signals:
+            assert catalog.SIGNALS_BY_ID[sid].alert, sid
+
+
+def test_alertmanager_config_changes_only_urls_and_timings():
+    example = yaml.safe_load(AM_EXAMPLE.read_text())
+    cfg = alertmanager_config(example, "http://127.0.0.1:1")
+    assert routing_tree(cfg) == routing_tree(example)
+    assert cfg["inhibit_rules"] == example["inhibit_rules"]
+    urls = {r["name"]: [w["url"] for w in r["webhook_configs"]] for r in cfg["receivers"]}
+    assert urls == {n: [f"http://127.0.0.1:1/{n}"] for n in RECEIVERS}
+    assert cfg["route"]["group_wait"] != example["route"]["group_wait"]   # it was shortened
+
+
+def test_transformed_config_passes_amtool(tmp_path):
+    amtool = require_tool("amtool")
+    cfg = alertmanager_config(yaml.safe_load(AM_EXAMPLE.read_text()), "http://127.0.0.1:1")
+    (tmp_path / "am.yml").write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([amtool, "check-config", str(tmp_path / "am.yml")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------------------ the running stack
+
+def test_running_alertmanager_has_the_example_routing(stack):
+    status = get_json(f"{stack.am_url}/api/v2/status")
+    running = yaml.safe_load(status["config"]["original"])
+    example = yaml.safe_load(AM_EXAMPLE.read_text())
+    # Alertmanager prints its defaults too: compare what the example sets
+    def strip(route):
+        return {k: ([strip(c) for c in v] if k == "routes" else sorted(v) if k == "matchers" else v)
+                for k, v in route.items()
+                if k in ("receiver", "group_by", "matchers", "routes", "continue") and v not in (False, None)}
+    assert strip(running["route"]) == strip(routing_tree(example)["route"])
+    def rule(r):   # Alertmanager sorts the matchers it prints
+        return {k: sorted(r[k]) if k != "equal" else r[k] for k in ("source_matchers", "target_matchers", "equal")}
+    assert [rule(r) for r in running["inhibit_rules"]] == [rule(r) for r in example["inhibit_rules"]]
+    assert {r["name"] for r in running["receivers"]} == set(RECEIVERS)
+
+
+def test_prometheus_loaded_the_generated_rules(stack):
+    groups = get_json(f"{stack.prom_url}/api/v1/rules")["data"]["groups"]
+    loaded = {r["name"] for g in groups for r in g["rules"] if r["type"] == "alerting"}
+    params = stack.params
+    assert loaded == {a.name for a in gen.all_alerts(params)}
+    assert {s.alert.name for s in catalog.SIGNALS if s.alert} <= loaded
+    health = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r.get("health") == "err"]
+    assert not health, health
+    # the short windows are in force
+    stalled = next(r for g in groups for r in g["rules"] if r["name"] == "SGLangStalled")
+    assert stalled["duration"] == gen.parse_duration(params.short_for)
+
+
+def test_every_exporter_is_a_target_with_join_labels(stack):
+    targets = get_json(f"{stack.prom_url}/api/v1/targets")["data"]["activeTargets"]
+    got = {t["labels"]["instance"]: t for t in targets}
+    for name, r in stack.running.items():
+        t = got.get(r.instance)
+        assert t, f"{name}: {r.instance} is not a target"
+        assert t["health"] == "up", (name, t.get("lastError"))
+        assert {k: t["labels"][k] for k in ("job", "namespace", "pod")} == \
+            {"job": JOB, "namespace": NAMESPACE, "pod": name}
+    assert len(got) == len(stack.running)
+
+
+@pytest.mark.parametrize("name", CASE_IDS)
+def test_exporter_signals(stack, name):
+    """The exporter itself judges what the scenario is meant to show (before Prometheus is involved)."""
+    r = stack.running[name]
+    doc = get_json(f"http://{r.instance}/api/v1/signals")
+    firing = {s["id"] for s in doc["signals"] if s["state"] == "firing"}
+    assert doc["profile"] == r.case.profile
+    assert firing == r.case.signals, _explain(stack, name)
+
+
+@pytest.mark.parametrize("name", CASE_IDS)
+def test_scenario_alerts(stack, name):
+    """Exactly the expected alerts fire for this instance, each reaches its receiver (or is inhibited by the
+    expected alert), with the catalog's labels and texts."""
+    r = stack.running[name]
+    inst = r.instance
+    expected = stack.expected[name]
+    why = _explain(stack, name)
+
+    # Prometheus: the alerts firing for this instance are exactly the expected ones (none pending either)
+    prom = [a for a in stack.prom_alerts() if a["labels"].get("instance") == inst]
+    states = {a["labels"]["alertname"]: a["state"] for a in prom}
+    assert states == {n: "firing" for n in expected}, f"{name}: Prometheus alerts {states}\n{why}"
+
+    # Alertmanager: inhibited exactly as the inhibit rules say, by the expected alert of the same instance
+    am = {a["labels"]["alertname"]: a for a in stack.am_alerts() if a["labels"].get("instance") == inst}
+    assert set(am) == set(expected), f"{name}: Alertmanager holds {sorted(am)}\n{why}"
+    fingerprints = {a["fingerprint"]: n for n, a in am.items()}
+    for n, e in expected.items():
+        by = sorted(fingerprints.get(fp, fp) for fp in am[n]["status"]["inhibitedBy"])
+        if e.inhibited_by:
+            assert am[n]["status"]["state"] == "suppressed" and by == [e.inhibited_by], (n, am[n]["status"])
+        else:
+            assert am[n]["status"]["state"] == "active" and not by, (n, am[n]["status"])
+
+    # Receivers: each visible alert notified at its receiver, nothing else for this instance
+    notes = [(path, note, a) for path, note, a in stack.webhook.alerts() if a["labels"].get("instance") == inst]
+    got = Counter((path, a["labels"]["alertname"], a["status"]) for path, _, a in notes)
+    want = {(e.receiver, n) for n, e in expected.items() if not e.inhibited_by}
+    assert {(p, n) for p, n, _ in got} == want, f"{name}: notified {dict(got)}\n{why}"
+    assert all(st == "firing" for _, _, st in got), f"{name}: resolved notifications {dict(got)}"
+    for path, note, a in notes:
+        e = expected[a["labels"]["alertname"]]
+        assert note["receiver"] == path
+        assert a["labels"] == e.labels, (a["labels"], e.labels)
+        assert a["annotations"]["summary"] == e.summary
+        assert a["annotations"]["runbook_url"] == e.runbook_url
+        assert e.description_re.fullmatch(a["annotations"]["description"]), \
+            (a["annotations"]["description"], e.description_re.pattern)
+
+
+@pytest.mark.parametrize("name", sorted(HEALTHY))
+def test_healthy_pages_nobody(stack, name):
+    inst = stack.running[name].instance
+    assert not stack.expected[name]
+    notes = [(p, a["labels"]["alertname"]) for p, _, a in stack.webhook.alerts()
+             if a["labels"].get("instance") == inst]
+    assert not notes, notes
+
+
+def test_retraction_storm_pages_and_inhibits_frequent(stack):
+    inst = stack.running["retraction_storm"].instance
+    notes = {(p, a["labels"]["alertname"]) for p, _, a in stack.webhook.alerts()
+             if a["labels"].get("instance") == inst}
+    assert notes == {("page", "SGLangRetractionStorm")}, _explain(stack, "retraction_storm")
+    am = {a["labels"]["alertname"]: a for a in stack.am_alerts() if a["labels"].get("instance") == inst}
+    freq = am["SGLangRetractionsFrequent"]["status"]
+    assert freq["state"] == "suppressed"
+    assert freq["inhibitedBy"] == [am["SGLangRetractionStorm"]["fingerprint"]]
+
+
+@pytest.mark.parametrize("name", ["stalled", "stalled_tuning"])
+def test_stalled_pages_and_inhibits_its_tuning_alerts(stack, name):
+    inst = stack.running[name].instance
+    am = {a["labels"]["alertname"]: a for a in stack.am_alerts() if a["labels"].get("instance") == inst}
+    assert "SGLangStalled" in am, _explain(stack, name)
+    stalled_fp = am["SGLangStalled"]["fingerprint"]
+    others = {n: a for n, a in am.items() if n != "SGLangStalled"}
+    assert others, f"{name}: no tuning alert to inhibit: {sorted(am)}"
+    if name == "stalled_tuning":
+        assert "SGLangKVCacheUnderused" in others
+    for n, a in others.items():
+        assert a["labels"]["severity"] in ("warning", "info")
+        assert a["status"]["inhibitedBy"] == [stalled_fp], (n, a["status"])
+    notes = {(p, a["labels"]["alertname"]) for p, _, a in stack.webhook.alerts()
+             if a["labels"].get("instance") == inst}
+    assert notes == {("page", "SGLangStalled")}
+
+
+def test_stall_is_seen_from_silence_alone(stack):
+    """stalled_tuning has no watchdog line: the exporter sees the stall from the silence (queue > 0, no
+    batch line for stall_seconds of wall time)."""
+    r = stack.running["stalled_tuning"]
+    assert not any("atchdog" in line for line in r.log.read_text().splitlines())
+    doc = get_json(f"http://{r.instance}/api/v1/signals")
+    st = next(s for s in doc["signals"] if s["id"] == "stalled")
+    assert st["state"] == "firing" and st["value"] > STALL_SECONDS, st
+    assert "watchdog" not in st["detail"], st
+
+
+@pytest.mark.parametrize("name", sorted(TUNING))
+def test_tuning_scenarios_ticket(stack, name):
+    inst = stack.running[name].instance
+    notes = {(p, a["labels"]["alertname"]) for p, _, a in stack.webhook.alerts()
+             if a["labels"].get("instance") == inst}
+    assert notes and {p for p, _ in notes} == {"ticket"}, f"{notes}\n{_explain(stack, name)}"
+
+
+def test_watchdog_reaches_deadmansswitch_only(stack):
+    dogs = [(p, a) for p, _, a in stack.webhook.alerts() if a["labels"]["alertname"] == gen.WATCHDOG]
+    assert dogs, _explain(stack)
+    for p, a in dogs:
+        assert p == "deadmansswitch"
+        assert a["labels"] == {"alertname": gen.WATCHDOG, "severity": "info"}
+        assert receiver_for(a["labels"]) == "deadmansswitch"
+
+
+def test_nothing_else_was_notified(stack):
+    """Every notification belongs to an expected (instance, alert) or is the watchdog; none resolved."""
+    want = stack.want_notified()
+    stray = [(p, a["labels"], a["status"]) for p, _, a in stack.webhook.alerts()
+             if (p, a["labels"].get("instance", ""), a["labels"]["alertname"]) not in want
+             or a["status"] != "firing"]
+    assert not stray, stray
+    # and in Prometheus: no alert outside the expected ones (e.g. an instance-less absent() alert)
+    fired = {(stack.running[n].instance, a) for n, exp in stack.expected.items() for a in exp}
+    extra = [(a["labels"], a["state"]) for a in stack.prom_alerts()
+             if a["labels"]["alertname"] != gen.WATCHDOG
+             and (a["labels"].get("instance", ""), a["labels"]["alertname"]) not in fired]
+    assert not extra, extra
+    assert stack.settled, _explain(stack)
+
+
+def test_every_process_still_running(stack):
+    dead = [(p.name, p.proc.returncode, p.tail(10)) for p in stack.procs if not p.alive()]
+    assert not dead, dead
