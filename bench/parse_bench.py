@@ -278,7 +278,8 @@ def _run(a, env, tmp, log, size, nlines) -> int:
                 info = json.loads(r.out.strip().splitlines()[-1])
                 r.seconds = info["seconds"]  # the loop only, not interpreter start-up / imports
                 kinds = info["kinds"]
-                r.note = (f"events: {sum(kinds.values())} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])[:6])})")
+                top = sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
+                r.note = f"events: {sum(kinds.values())} ({', '.join(f'{k} {v}' for k, v in top)})"
                 if grep_count is not None and kinds.get("decode_batch", 0) != grep_count:
                     r.note += f"; decode_batch {kinds.get('decode_batch', 0)} vs grep {grep_count}"
             except (ValueError, KeyError, IndexError) as exc:

@@ -260,7 +260,8 @@ def main(argv=None) -> int:
         cmd = [part.format(log=log, port=port) for part in a.serve_cmd.split()]
     print(f"command: {' '.join(pin + cmd)}")
     print(f"rate: {a.rate:.0f} lines/s, warm-up {a.warmup:.0f} s, steady {a.seconds:.0f} s, latency phase "
-          f"{a.latency_seconds:.0f} s, scrape every {a.scrape_interval:.0f} s, poll every {a.poll_interval * 1000:.0f} ms",
+          f"{a.latency_seconds:.0f} s, scrape every {a.scrape_interval:.0f} s, "
+          f"poll every {a.poll_interval * 1000:.0f} ms",
           flush=True)
     err_path = workdir / "serve.stderr"
     err_f = open(err_path, "wb")

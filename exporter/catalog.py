@@ -403,7 +403,8 @@ class MetaAlert:
 
 META_ALERTS: tuple[MetaAlert, ...] = (
     MetaAlert(AlertSpec("SGLangExporterDown", "5m", "The sglang-exporter sidecar is not being scraped.",
-                        "{{ $labels.job }}/{{ $labels.instance }}: Prometheus cannot scrape sglang-exporter.", page=True),
+                        "{{ $labels.job }}/{{ $labels.instance }}: Prometheus cannot scrape sglang-exporter.",
+                        page=True),
               "critical", "Prometheus has no fresh samples from the sidecar.",
               "Every SGLang health signal and alert of this server is blind."),
     MetaAlert(AlertSpec("SGLangTargetDown", "5m", "The sglang-exporter sidecar cannot scrape SGLang's /metrics.",
@@ -411,7 +412,8 @@ META_ALERTS: tuple[MetaAlert, ...] = (
                         page=True),
               "critical", "The sidecar's last scrapes of SGLang's /metrics failed.",
               "SGLang is down or unreachable; metric-fed signals report unknown."),
-    MetaAlert(AlertSpec("SGLangLogParserDrift", "30m", "The sglang-exporter sidecar no longer recognises SGLang's log lines.",
+    MetaAlert(AlertSpec("SGLangLogParserDrift", "30m",
+                        "The sglang-exporter sidecar no longer recognises SGLang's log lines.",
                         "{{ $labels.instance }}: {{ $value | humanizePercentage }} of SGLang log records were "
                         "not recognised in the last 30 minutes.", page=False),
               "warning", "Many SGLang-prefixed log lines match no known format: SGLang's log format probably "

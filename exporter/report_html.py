@@ -54,8 +54,8 @@ def _chart(title: str, unit: str, series: list, t_all: list, report: dict, key: 
            hlines=(), band=None, ylim=None) -> str:
     import matplotlib
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure
     import matplotlib.dates as mdates
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 2.6), dpi=96)
     ax = fig.add_subplot(1, 1, 1)
@@ -173,7 +173,8 @@ def _page(report: dict, charts: list[str]) -> str:
         headline = "No health signal fired: nothing to tune."
     advice_rows = "".join(
         f"<tr><td><code>{_esc(a['flag'])}</code></td><td>{_esc(a['action'])}</td><td>{_esc(a['current'])}</td>"
-        f"<td><b>{_esc(a['suggested'])}</b></td><td>{_esc(', '.join(a['signals']))}</td><td>{_esc(a['reason'])}</td></tr>"
+        f"<td><b>{_esc(a['suggested'])}</b></td><td>{_esc(', '.join(a['signals']))}</td>"
+        f"<td>{_esc(a['reason'])}</td></tr>"
         for a in report["advice"])
     advice = (f"<table class='advice'><tr><th>flag</th><th>action</th><th>current</th><th>suggested</th>"
               f"<th>because of</th><th>why</th></tr>{advice_rows}</table>" if advice_rows
@@ -205,18 +206,22 @@ def _page(report: dict, charts: list[str]) -> str:
     title = f"SGLang log analysis – {', '.join(report['sources'])}"
     body = f"""
 <header><h1>{_esc(title)}</h1>
-<p class="meta">{_esc(span['start'])} → {_esc(span['end'])} ({span['seconds']:.0f} s) · profile <b>{_esc(report['profile'])}</b>
+<p class="meta">{_esc(span['start'])} → {_esc(span['end'])} ({span['seconds']:.0f} s)
+· profile <b>{_esc(report['profile'])}</b>
 · format {_esc(report['format_family'] or 'unknown')} · model {_esc(report['model'] or 'unknown')}
 · restarts {report['restarts']}</p></header>
-<section id="verdict" class="verdict {_esc(verdict)}"><h2>Verdict: {_esc(verdict.upper())}</h2><p>{headline}</p></section>
+<section id="verdict" class="verdict {_esc(verdict)}"><h2>Verdict: {_esc(verdict.upper())}</h2>
+<p>{headline}</p></section>
 <section id="advice"><h2>What to change</h2>{advice}</section>
 <section id="signals"><h2>Signals</h2><table><tr><th>signal</th><th>severity</th><th>state</th><th>worst</th>
 <th>fired</th></tr>{''.join(sig_rows)}</table></section>
 <section id="charts"><h2>Over time</h2><p class="legend">Shaded: intervals where a signal fired. Lines: {legend}</p>
 {''.join(charts) or '<p>No batch lines with timestamps: nothing to plot.</p>'}</section>
-<section id="startup"><h2>Start-up configuration</h2><table>{cfg_rows or '<tr><td>not in this log</td></tr>'}</table></section>
-<section id="coverage"><h2>Parser coverage</h2><p>{lines['read']:,} lines read, {lines['recognised']:,} records recognised,
-{lines['cut']:,} over-long lines cut.</p><table><tr><th>unrecognised, by reason</th><th>lines</th></tr>{unparsed}</table>
+<section id="startup"><h2>Start-up configuration</h2>
+<table>{cfg_rows or '<tr><td>not in this log</td></tr>'}</table></section>
+<section id="coverage"><h2>Parser coverage</h2>
+<p>{lines['read']:,} lines read, {lines['recognised']:,} records recognised, {lines['cut']:,} over-long lines cut.</p>
+<table><tr><th>unrecognised, by reason</th><th>lines</th></tr>{unparsed}</table>
 <table><tr><th>records, by kind</th><th>count</th></tr>{events}</table></section>"""
     css = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
 color:#222}h1{font-size:20px}h2{font-size:16px;border-bottom:1px solid #ddd;padding-bottom:4px}.meta{color:#555}

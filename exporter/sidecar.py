@@ -170,6 +170,8 @@ class Sidecar:
         return ""
 
     def ready(self) -> bool:
-        """Ready once the threads run and the first pass over the logs is in. A down SGLang must not make us unready: a ServiceMonitor
+        """Ready once the threads run and the first pass over the logs is in.
+
+        A down SGLang must not make us unready: a ServiceMonitor
         would then stop scraping us, and the "SGLang is down" signal would vanish with it."""
         return self.started and self.caught_up

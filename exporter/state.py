@@ -302,9 +302,8 @@ class ServerState:
                 progressed = progressed or prev is not None
             self._last_counter[name] = value
         pending = sum((v.get("queue") or 0) + (v.get("running") or 0) for v in scrape.ranks.values())
-        if progressed or pending == 0 or self.last_progress_t is None:
-            if not self.log_fed:
-                self.last_progress_t = now
+        if (progressed or pending == 0 or self.last_progress_t is None) and not self.log_fed:
+            self.last_progress_t = now
         if not self.log_fed:
             value = scrape.counters.get("retracted_requests")
             if value is not None:

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import pytest
+from test_signals import T0, decode, engine, memory_config, oom, retraction, server_args
 
 from exporter.advice import reconcile
 from exporter.catalog import GIB, SIGNALS, SIGNALS_BY_ID
 from exporter.signals import Judgement
-from test_signals import T0, decode, engine, memory_config, oom, retraction, server_args
 
 
 def fired(*ids, value=1.0) -> dict:

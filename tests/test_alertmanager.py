@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import free_port, require_tool, wait_until
 
 from exporter.generate import alerts as gen
-from helpers import free_port, require_tool, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 AM_CONFIG = REPO / "alerts" / gen.ALERTMANAGER

@@ -11,10 +11,10 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
+from helpers import require_tool
 
 from exporter import catalog
 from exporter.generate import alerts as gen
-from helpers import require_tool
 
 REPO = Path(__file__).resolve().parents[1]
 ALERTS = REPO / "alerts"

@@ -419,7 +419,8 @@ def test_variables_have_values(stack):
                 continue
             match = re.fullmatch(r"label_values\((.*), (\w+)\)", v["query"])
             selector = substitute(match.group(1), SUBSTITUTIONS["all"])
-            values = wait_until(lambda label=match.group(2), sel=selector: stack.label_values(label, sel),
+            label = match.group(2)
+            values = wait_until(lambda label=label, sel=selector: stack.label_values(label, sel),
                                 timeout=30,
                                 what=f"values of ${v['name']}")
             if v["regex"]:

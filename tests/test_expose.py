@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import require_tool
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -15,7 +16,6 @@ from exporter.catalog import METRICS, METRICS_BY_NAME
 from exporter.config import Config
 from exporter.expose import SidecarCollector
 from exporter.sidecar import Sidecar
-from helpers import require_tool
 
 GOLDEN = Path(__file__).parent / "golden" / "exposition.txt"
 T = 1_754_932_623.0       # 2025-08-11 17:17:03 UTC

@@ -3,6 +3,7 @@ the project's follower: bounded disk, nothing lost or duplicated across rename r
 byte-exact copy on stdout/stderr so `kubectl logs` keeps working."""
 from __future__ import annotations
 
+import argparse
 import inspect
 import os
 import random
@@ -58,7 +59,7 @@ def test_parse_size():
     assert parse_size("50MiB") == 50 * 1024 * 1024
     assert parse_size("300k") == 300_000
     assert parse_size("4096") == 4096
-    with pytest.raises(Exception):
+    with pytest.raises(argparse.ArgumentTypeError, match="not a size"):
         parse_size("lots")
 
 

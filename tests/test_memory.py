@@ -5,10 +5,11 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
+from test_signals import T0, decode, oom, retraction, watchdog
+
 from exporter.config import Config
 from exporter.engine import MAX_INTERVALS, Engine
 from exporter.state import MAX_RANKS, MAX_WINDOW_SAMPLES
-from test_signals import T0, decode, oom, retraction, watchdog
 
 N = 500_000
 STEP = 0.01          # 100 events per second: the 5-minute windows overflow MAX_WINDOW_SAMPLES
@@ -82,7 +83,7 @@ def test_memory_flat_over_long_stream():
 def test_interval_history_bounded():
     eng = Engine(Config(), log_fed=True)
     t = T0
-    for i in range(MAX_INTERVALS + 300):        # fire / clear the stall signal over and over
+    for _ in range(MAX_INTERVALS + 300):        # fire / clear the stall signal over and over
         eng.ingest(decode(queue=5), t)
         eng.evaluate(t)
         eng.evaluate(t + 61)

@@ -9,9 +9,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from helpers import IN_CI, require_tool
 
 from exporter.report_html import decimate
-from helpers import IN_CI, require_tool
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 

@@ -7,11 +7,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from helpers import free_port
 
 from exporter.config import Config
 from exporter.scrape import parse_exposition, scrape
 from exporter.sidecar import SGLANG_SOURCE, Sidecar
-from helpers import free_port
 
 # ---------------------------------------------------------------------------------------------- fixtures
 V0_3_6 = """\
@@ -317,7 +317,7 @@ def test_metrics_only_sidecar_flapping_target(target):
     sc = Sidecar(Config(sglang_url=target.base, scrape_timeout=1.0), clock=clock)
     target.serve(ok(STARVED), (500, "boom", None))
     results = []
-    for i in range(6):
+    for _ in range(6):
         clock.t += 15
         sc.scrape_once()
         fams = families(sc)

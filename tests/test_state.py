@@ -1,9 +1,10 @@
 """State windows, rank tables and helpers."""
 from __future__ import annotations
 
+from test_signals import T0, decode
+
 from exporter.config import Config
 from exporter.state import MAX_RANKS, MAX_WINDOW_SAMPLES, HitWindow, ServerState, TimeWindow, usage_of
-from test_signals import T0, decode
 
 
 def test_hit_window_counts_and_expires():

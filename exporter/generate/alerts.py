@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -246,9 +244,7 @@ def selector_labels(selector: str, override: dict | None) -> dict:
         if not m:
             raise ValueError(f"cannot parse selector {selector!r}")
         name, op, val = m.groups()
-        if op == "=":
-            out[name] = val
-        elif op == "=~" and re.fullmatch(val, val):
+        if op == "=" or op == "=~" and re.fullmatch(val, val):
             out[name] = val
         elif op in ("!=", "!~"):
             pass

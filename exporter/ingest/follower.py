@@ -578,8 +578,14 @@ _IGNORED_EVENTS = frozenset(("opened", "closed_no_write"))
 
 
 def _structural_events() -> list:
-    from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileCreatedEvent,
-                                 FileDeletedEvent, FileMovedEvent)
+    from watchdog.events import (
+        DirCreatedEvent,
+        DirDeletedEvent,
+        DirMovedEvent,
+        FileCreatedEvent,
+        FileDeletedEvent,
+        FileMovedEvent,
+    )
     return [FileCreatedEvent, FileDeletedEvent, FileMovedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
 
 
