@@ -228,7 +228,7 @@ def render_text(report: dict) -> str:
             ivs = s["intervals"]
             first_iv = ivs[0]
             more = f" (+{len(ivs) - 1} more)" if len(ivs) > 1 else ""
-            worst = _fmt_value(s["worst"], s["unit"])
+            worst = format_value(s["worst"], s["unit"])
             out.append(f"  FIRED  {s['id']:<28} {s['severity']:<8} worst {worst:<14} "
                        f"{first_iv['start']} .. {first_iv['end']}{more}")
         else:
@@ -247,9 +247,10 @@ def render_text(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _fmt_value(v, unit: str) -> str:
+def format_value(v, unit: str, missing: str = "-") -> str:
+    """A signal value for people, in its catalog unit (text and HTML reports)."""
     if v is None:
-        return "-"
+        return missing
     if unit == "bytes":
         return f"{v / 2**30:.2f} GiB"
     if unit == "ratio":

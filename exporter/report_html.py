@@ -12,6 +12,7 @@ import math
 import re
 from datetime import datetime, timezone
 
+from exporter.analyze import format_value
 from exporter.catalog import SIGNALS_BY_ID
 
 MAX_POINTS = 1200          # buckets per chart; each keeps its min and max so peaks survive
@@ -148,20 +149,6 @@ def _esc(x) -> str:
     return html.escape("" if x is None else str(x))
 
 
-def _fmt(v, unit: str) -> str:
-    if v is None:
-        return "–"
-    if unit == "bytes":
-        return f"{v / 2**30:.2f} GiB"
-    if unit == "ratio":
-        return f"{v:.0%}"
-    if unit == "per_minute":
-        return f"{v:.1f}/min"
-    if unit == "seconds":
-        return f"{v:.0f} s"
-    return f"{v:g}"
-
-
 def _page(report: dict, charts: list[str]) -> str:
     fired = [s for s in report["signals"] if s["fired"]]
     verdict = report["verdict"]
@@ -188,8 +175,9 @@ def _page(report: dict, charts: list[str]) -> str:
         if len(ivs) > 5:
             when += f"; +{len(ivs) - 5} more"
         state = "fired" if s["fired"] else s["final_state"]
+        worst = format_value(s["worst"], s["unit"], missing="–")
         sig_rows.append(f"<tr class='{'fired' if s['fired'] else 'quiet'}'><td>{_esc(s['title'])}</td>"
-                        f"<td>{_esc(s['severity'])}</td><td>{_esc(state)}</td><td>{_fmt(s['worst'], s['unit'])}</td>"
+                        f"<td>{_esc(s['severity'])}</td><td>{_esc(state)}</td><td>{worst}</td>"
                         f"<td>{when or '–'}</td></tr>")
     startup = report["startup"]
     cfg_rows = "".join(f"<tr><td><code>{_esc(k)}</code></td><td>{_esc(v)}</td></tr>"
