@@ -21,6 +21,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from exporter.generate.yamlout import BlockDumper  # noqa: E402 - the checkout's package, before installing it
+
 BASE = ROOT / "deploy" / "kubernetes" / "base"
 HANDOFF_SRC = ROOT / "exporter" / "ingest" / "handoff.py"
 RULE_SOURCES = {  # generated file name -> source
@@ -38,20 +41,10 @@ def _header(src: Path) -> str:
             f"# Regenerate: python3 deploy/kubernetes/generate.py\n")
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str(dumper, value):
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
 
 
 def dump(obj) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)
+    return yaml.dump(obj, Dumper=BlockDumper, sort_keys=False, width=1000, allow_unicode=True)
 
 
 def handoff_configmap() -> str:

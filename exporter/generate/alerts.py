@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from exporter import catalog
+from exporter.generate.yamlout import BlockDumper
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "alerts"
@@ -1143,21 +1144,10 @@ def route_cases(p: Params) -> list[dict]:
 
 # --------------------------------------------------------------------------------------------- output
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str_rep(dumper, data):
-    if "\n" in data:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
-
-
-_Dumper.add_representer(str, _str_rep)
 
 
 def dump(obj) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True,
+    return yaml.dump(obj, Dumper=BlockDumper, sort_keys=False, width=120, allow_unicode=True,
                      default_flow_style=False)
 
 

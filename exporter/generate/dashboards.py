@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from exporter.catalog import GIB, META_ALERTS, NS, SIGNALS, SIGNALS_BY_ID
+from exporter.generate.yamlout import BlockDumper
 
 # ------------------------------------------------------------------------------------------------------------
 # Conventions
@@ -702,21 +703,10 @@ def _json(obj) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str_presenter(dumper, data):
-    if "\n" in data:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
-
-
-_Dumper.add_representer(str, _str_presenter)
 
 
 def _yaml(obj, header: str) -> str:
-    return header + yaml.dump(obj, Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=120,
+    return header + yaml.dump(obj, Dumper=BlockDumper, sort_keys=True, default_flow_style=False, width=120,
                                allow_unicode=True)
 
 
