@@ -80,7 +80,7 @@ class Series:
         c["token_usage"].append(max(usages) if usages else None)
         c["gen_throughput"].append(sum(r.throughput or 0 for r in schedulers.values()) if ranks else None)
         window = SIGNALS_BY_ID["retractions_frequent"].window_seconds
-        c["retractions_per_minute"].append(st.retractions.weight_since(now - window) / (window / 60.0))
+        c["retractions_per_minute"].append(st.retractions_per_minute(now, window))
         if len(ranks) > 1:
             n = len(self.t) - 1
             for key, r in ranks.items():

@@ -177,7 +177,10 @@ def cmd_generate(args) -> int:
              ("dashboards", dashboards.generate, dashboards.check)]
     deploy = _deploy_generator()
     if deploy is not None:
-        steps.append(("kubernetes manifests", lambda: deploy.main([]) and [], deploy.stale))
+        def write_manifests() -> list:
+            deploy.main([])      # prints what it writes itself
+            return []
+        steps.append(("kubernetes manifests", write_manifests, deploy.stale))
     if args.check:
         stale = [f"{what}: {path}" for what, _, check in steps for path in check()]
         for line in stale:

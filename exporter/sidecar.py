@@ -146,7 +146,7 @@ class Sidecar:
                 ranks={k: (v.queue, v.running, v.usage, v.throughput, v.cuda_graph) for k, v in st.ranks.items()},
                 max_running_requests=st.memory_config.get("max_running_requests"),
                 headroom_bytes=st.headroom_bytes,
-                retractions_per_minute=st.retractions.weight_since(now - window) / (window / 60.0),
+                retractions_per_minute=st.retractions_per_minute(now, window),
                 retractions_total=st.retractions_total,
                 retracted_requests_total=st.retracted_requests_total,
                 oom_total=dict(st.oom_total),

@@ -57,15 +57,11 @@ def _fraction(sid: str, want: str):
     return judge
 
 
-def _retraction_rate(state: ServerState, window: float, now: float) -> float:
-    return state.retractions.weight_since(now - window) / (window / 60.0)
-
-
 def _retractions(strict: bool):
     def judge(state, p, sources, now, window):
         if not (sources.log_up or (sources.metrics_up and not state.log_fed)):
             return None, None, "no live source of retraction events"
-        rate = _retraction_rate(state, window, now)
+        rate = state.retractions_per_minute(now, window)
         firing = rate >= p["per_minute"] if strict else rate > p["per_minute"]
         return firing, rate, f"{rate:.2f} retractions per minute over {window / 60:.0f} min"
     return judge

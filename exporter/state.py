@@ -331,6 +331,11 @@ class ServerState:
             w.expire(now)
         self.watchdogs.expire(now)
 
+    def retractions_per_minute(self, now: float, window: float) -> float:
+        """Retraction events per minute over the last `window` seconds (full-window denominator: a burst
+        right after start-up is not extrapolated)."""
+        return self.retractions.weight_since(now - window) / (window / 60.0)
+
     def pending(self) -> float | None:
         """Queue + running of the server, from the latest value of each scheduler; None when unknown."""
         if not self.ranks:
