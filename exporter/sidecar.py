@@ -63,9 +63,10 @@ class Sidecar:
         self.caught_up = self.follower is None   # first pass over the logs ingested
 
     # ------------------------------------------------------------------ feeding
-    def on_lines(self, lines) -> None:
-        events = self.log_sources.feed(lines)
-        if not lines:
+    def on_lines(self, blocks) -> None:
+        """Follower output (`Block`s of lines); an empty list means the logs are idle."""
+        events = self.log_sources.feed_blocks(blocks)
+        if not blocks:
             events += self.log_sources.flush()    # idle: emit pending multi-line records now
         now = self.clock()
         with self.lock:
@@ -81,7 +82,7 @@ class Sidecar:
     def poll_logs_once(self) -> None:
         """One follower pass (tests and the demo call this instead of running threads)."""
         if self.follower is not None:
-            self.on_lines(self.follower.poll())
+            self.on_lines(self.follower.poll_blocks())
 
     def scrape_once(self) -> None:
         if not self.config.sglang_url:
@@ -101,7 +102,7 @@ class Sidecar:
             # appends are picked up by the poll timer; inotify wakes us for rotations (see Follower.run)
             t = threading.Thread(target=self.follower.run, name="follow", daemon=True,
                                  args=(self.on_lines, self.stop, self.config.poll_interval),
-                                 kwargs={"wake_on_append": False})
+                                 kwargs={"wake_on_append": False, "blocks": True})
             self.threads.append(t)
         if self.config.sglang_url:
             self.threads.append(threading.Thread(target=self._scrape_loop, name="scrape", daemon=True))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from exporter.ingest import follower as follower_mod
 from exporter.ingest.containers import ContainerDecoder
-from exporter.ingest.follower import Follower, FollowStats, Line, _cut_point, _Splitter, read_lines
+from exporter.ingest.follower import Follower, FollowStats, Line, _cut_point, _Splitter, expand, read_lines
 
 
 def texts(lines: list[Line]) -> list[str]:
@@ -330,7 +330,7 @@ def test_cut_does_not_split_a_utf8_character():
     out: list[Line] = []
     s = _Splitter("x", 5)
     s.feed("abcdé€xyz\n".encode(), out)          # 'é' spans bytes 4-5: cut before it
-    assert out == [Line("x", 1, "abcd", True)]
+    assert expand(out) == [Line("x", 1, "abcd", True)]
     assert _cut_point("€€".encode(), 4) == 3
 
 
@@ -410,7 +410,7 @@ def test_any_chunking_gives_the_same_lines(tokens, sizes, mx):
         pos += step
         k += 1
     s.flush(out)
-    assert [(ln.lineno, ln.text, ln.cut) for ln in out] == _reference_lines(data, mx)
+    assert [(ln.lineno, ln.text, ln.cut) for ln in expand(out)] == _reference_lines(data, mx)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -581,6 +581,38 @@ def test_run_falls_back_to_polling_when_observer_cannot_start(tmp_path, monkeypa
     assert not t.is_alive()
 
 
+def test_run_signals_once_when_logs_go_quiet(tmp_path):
+    """After lines, the first empty poll calls the consumer with [] (so it can emit a held traceback); further
+    idle polls do not call it."""
+    p = tmp_path / "a.log"
+    p.write_text("")
+    f = Follower([str(p)])
+    calls: list[list[str]] = []
+    polls = []
+    real_poll = f.poll_blocks
+
+    def counting_poll():
+        polls.append(1)
+        return real_poll()
+
+    f.poll_blocks = counting_poll
+    stop = threading.Event()
+    t = threading.Thread(target=f.run, args=(lambda b: calls.append([ln.text for x in b for ln in x.lines()]), stop),
+                         kwargs={"poll_interval": 0.01, "blocks": True}, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: f.stats.get(str(p), FollowStats()).up, what="started")
+        with open(p, "a") as fh:
+            fh.write("Traceback (most recent call last):\n")
+        wait_until(lambda: len(calls) >= 2, what="lines, then the went-quiet call")
+        n = len(polls)
+        wait_until(lambda: len(polls) >= n + 5, what="more idle polls")
+        assert calls == [["Traceback (most recent call last):"], []]
+    finally:
+        stop.set()
+        t.join(timeout=10)
+
+
 def test_run_survives_a_failing_consumer(tmp_path):
     p = tmp_path / "a.log"
     p.write_text("")
@@ -589,6 +621,8 @@ def test_run_survives_a_failing_consumer(tmp_path):
     stop = threading.Event()
 
     def on_lines(lines):
+        if not lines:
+            return                     # the went-quiet call (see test_run_signals_once_when_logs_go_quiet)
         calls.append(texts(lines))
         if len(calls) == 1:
             raise RuntimeError("consumer bug")

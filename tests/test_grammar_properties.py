@@ -101,7 +101,10 @@ def test_decode_round_trip(running, tokens, usage, graph, gen, queue, rank, head
     line = (f"[2025-08-11 17:17:03.{ms:03d}{rank[0]}] {head}"
             f"#running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, cuda graph: {graph}, "
             f"gen throughput (token/s): {gen:.2f}, #queue-req: {queue}{trailing}")
-    (ev,) = Parser("rt").feed(line, 1)
+    parser = Parser("rt")
+    (ev,) = parser.feed(line, 1)
+    (learned,) = parser.feed(line, 2)          # the second line of a shape takes the learned regex
+    assert learned.fields == ev.fields and (learned.time, learned.ts, learned.rank) == (ev.time, ev.ts, ev.rank)
     want = {"running_req": running, "num_tokens": tokens, "token_usage": float(f"{usage:.2f}"), "cuda_graph": graph,
             "graph_backend": "cuda", "gen_throughput": float(f"{gen:.2f}"), "queue_req": queue}
     if "[12]" in head:
@@ -118,7 +121,10 @@ def test_prefill_round_trip(new_seq, new_tok, cached, usage, running, queue, pen
     line = (f"[2025-08-11 17:17:03 TP0] Prefill batch, #new-seq: {new_seq}, #new-token: {new_tok}, "
             f"#cached-token: {cached}, {rate}token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queue}, "
             f"#pending-token: {pending}, cuda graph: {graph}, input throughput (token/s): {tput:.2f}")
-    (ev,) = Parser("rt").feed(line, 1)
+    parser = Parser("rt")
+    (ev,) = parser.feed(line, 1)
+    (learned,) = parser.feed(line, 2)
+    assert learned.fields == ev.fields
     want = {"new_seq": new_seq, "new_token": new_tok, "cached_token": cached, "token_usage": float(f"{usage:.2f}"),
             "running_req": running, "queue_req": queue, "pending_token": pending, "cuda_graph": graph,
             "graph_backend": "cuda", "input_throughput": float(f"{tput:.2f}")}
@@ -130,38 +136,80 @@ def test_prefill_round_trip(new_seq, new_tok, cached, usage, running, queue, pen
 batch_keys = st.sampled_from(sorted(grammar._BATCH_KEYS) + ["cuda graph", "cpu graph"])
 
 
+def _same_event(a, b) -> None:
+    assert (a.kind, a.time, a.ts, a.rank, a.line) == (b.kind, b.time, b.ts, b.rank, b.line)
+    assert a.fields == b.fields and list(a.fields) == list(b.fields)
+    for k, v in a.fields.items():
+        assert type(b.fields[k]) is type(v), k
+
+
 @SETTINGS
 @given(st.sampled_from(["Decode", "Prefill"]), st.lists(st.tuples(batch_keys, st.one_of(counts, ratios, st.booleans())),
-                                                       min_size=1, max_size=12), st.sampled_from(["", ", ", " "]))
-def test_fast_path_equals_generic_splitter(which, items, trailing):
-    """Whatever the regex fast path accepts, the generic splitter reads identically (values, types, order)."""
+                                                       min_size=1, max_size=12), st.sampled_from(["", ", ", " "]),
+       st.sampled_from(["[2025-08-11 17:17:03] ", "[2025-08-11 17:17:03.5 DP1 TP3] ", "[17:17:03 TP0] "]),
+       st.sampled_from(["", "1", "0.5", "-1", "12%", "nan", "True"]))
+def test_learned_shape_equals_generic_splitter(which, items, trailing, prefix, odd):
+    """A batch line read by a learned shape gives exactly what the generic splitter gives (values, types, key
+    order, time, rank, format family); a line whose values leave the learned classes still parses right."""
     items = [("#running-req", 5), ("#new-seq", 1)] + items
-    body = ", ".join(f"{k}: {v if isinstance(v, (bool, int)) else f'{v:.2f}'}" for k, v in items) + trailing
-    p = Parser("eq")
-    evs = p.feed(f"[2025-08-11 17:17:03] {which} batch, {body}", 1)
-    generic: dict = {}
-    parse_batch_body(body, generic)
-    assert len(evs) == 1
-    assert evs[0].fields == generic and list(evs[0].fields) == list(generic)
-    for k, v in generic.items():
-        assert type(evs[0].fields[k]) is type(v)
-
-
-def test_fast_path_shapes_match_generic_on_golden_lines():
-    """Every golden batch line: the parser's result (fast path where it applies) == the generic splitter's."""
-    from test_grammar_versions import FAMILIES
-    n = 0
-    for fam in FAMILIES.values():
-        for line in fam.lines:
-            m = grammar._PREFIX.search(line)
-            msg = line[m.end():] if m else ""
-            if not msg.startswith(("Decode batch", "Prefill batch")):
+    def line(values_from: int, odd_value: str = "") -> str:
+        parts = []
+        for i, (k, v) in enumerate(items):
+            if odd_value and i == len(items) - 1:
+                parts.append(f"{k}: {odd_value}")
                 continue
-            (ev,) = Parser("g").feed(line, 1)
-            slow = Parser("g")._batch(msg, m.group(1) is None)
-            assert ev.fields == slow.fields and list(ev.fields) == list(slow.fields), line
-            n += 1
-    assert n > 40
+            v = v if isinstance(v, bool) else v + values_from if isinstance(v, int) else v * (1 + values_from)
+            parts.append(f"{k}: {v if isinstance(v, (bool, int)) else f'{v:.2f}'}")
+        return f"{prefix}{which} batch, " + ", ".join(parts) + trailing
+    learning, generic = Parser("eq"), Parser("eq")
+    generic.learning = False
+    for n, text in enumerate([line(0), line(1), line(2), line(3, odd), line(4)], 1):
+        got, want = learning.feed(text, n), generic.feed(text, n)
+        assert len(got) == len(want)
+        for a, b in zip(want, got):
+            _same_event(a, b)
+        assert learning.format_family == generic.format_family
+    assert learning.kinds == generic.kinds and learning.recognised == generic.recognised
+    assert learning.unparsed == generic.unparsed
+    body_only: dict = {}
+    parse_batch_body(line(4).split(" batch, ", 1)[1], body_only)
+    if generic.recognised:
+        assert generic.feed(line(4), 9)[0].fields == body_only
+
+
+def test_learned_shapes_match_generic_on_golden_lines():
+    """Every golden file read twice by one parser (the second pass all learned where shapes allow) gives the
+    generic path's events, counts and format family."""
+    from test_grammar_versions import FAMILIES
+    learned_lines = 0
+    for fam in FAMILIES.values():
+        learning, generic = Parser("g"), Parser("g")
+        generic.learning = False
+        for _ in range(2):
+            got = learning.feed_lines(fam.lines, 1) + learning.flush()
+            want = generic.feed_lines(fam.lines, 1) + generic.flush()
+            assert len(got) == len(want)
+            for a, b in zip(want, got):
+                _same_event(a, b)
+            assert learning.format_family == generic.format_family
+        assert learning.kinds == generic.kinds and learning.unparsed == generic.unparsed
+        learned_lines += sum(s.count for s in learning._shapes)
+    assert learned_lines > 30
+
+
+def test_shapes_are_bounded_and_learning_stops_when_fruitless():
+    p = Parser("b")
+    for i in range(grammar.MAX_SHAPES + 5):      # a new shape each time: an extra key from the known set
+        keys = sorted(grammar._BATCH_KEYS)[:i + 1]
+        body = ", ".join(f"{k}: {j}" for j, k in enumerate(keys) if k != "#running-req")
+        p.feed(f"[2025-08-11 17:17:03] Decode batch, #running-req: 1, {body}", i + 1)
+    assert len(p._shapes) == grammar.MAX_SHAPES
+    assert p.kinds["decode_batch"] == p.recognised == grammar.MAX_SHAPES + 5
+    q = Parser("f")
+    for i in range(grammar.MAX_FRUITLESS_LEARNING + 10):      # hybrid "a=1, b=2" values: never learnable
+        q.feed(f"[2025-08-11 17:17:03] Decode batch, #running-req: 1, #token: full={i}, swa=2, #queue-req: 0", i)
+    assert q._fruitless == grammar.MAX_FRUITLESS_LEARNING and not q._shapes
+    assert q.kinds["decode_batch"] == grammar.MAX_FRUITLESS_LEARNING + 10
 
 
 @SETTINGS

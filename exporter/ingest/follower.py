@@ -39,6 +39,32 @@ class Line:
     cut: bool = False
 
 
+@dataclass(slots=True)
+class Block:
+    """Consecutive physical lines of one source: ``texts[i]`` is line ``first + i``. ``cuts`` of them were
+    longer than the limit and cut. The splitter hands lines on in blocks so that the hot path (plain-text
+    files, the common case) creates no object per line; `lines()` gives them one by one."""
+
+    source: str
+    first: int
+    texts: list
+    cuts: int = 0
+
+    def lines(self) -> list[Line]:
+        if self.cuts:
+            # only single-line blocks carry a cut line
+            return [Line(self.source, self.first, t, True) for t in self.texts]
+        src = self.source
+        return [Line(src, k, t) for k, t in enumerate(self.texts, self.first)]
+
+
+def expand(blocks: list[Block]) -> list[Line]:
+    out: list[Line] = []
+    for b in blocks:
+        out += b.lines()
+    return out
+
+
 @dataclass
 class FollowStats:
     """Per source path (the exporter exports these as self-metrics)."""
@@ -65,7 +91,7 @@ def _cut_point(data: bytes, limit: int) -> int:
 
 
 class _Splitter:
-    """Bytes chunks in, `Line`s out. Holds at most ``max_line_bytes`` of an unfinished line."""
+    """Bytes chunks in, `Block`s of lines out. Holds at most ``max_line_bytes`` of an unfinished line."""
 
     __slots__ = ("buf", "cuts", "discard", "lineno", "max", "source")
 
@@ -92,14 +118,14 @@ class _Splitter:
         self.lineno += 1
         text = raw.decode("utf-8", "replace")
         text = text.removesuffix("\r")
-        out.append(Line(self.source, self.lineno, text))
+        out.append(Block(self.source, self.lineno, [text]))
 
     def _emit_cut(self, out: list, raw: bytes) -> None:
         """raw is longer than the limit: keep its head, drop the rest of the line."""
         self.lineno += 1
         self.cuts += 1
         n = _cut_point(raw, self.max) if len(raw) > self.max else len(raw)
-        out.append(Line(self.source, self.lineno, raw[:n].decode("utf-8", "replace"), True))
+        out.append(Block(self.source, self.lineno, [raw[:n].decode("utf-8", "replace")], 1))
 
     def feed(self, data: bytes, out: list) -> None:
         mx = self.max
@@ -147,10 +173,8 @@ class _Splitter:
                 parts = text.split("\n")
                 if "\r" in text:
                     parts = [p.removesuffix("\r") for p in parts]
-                n = self.lineno
-                src = self.source
-                out.extend([Line(src, k, t) for k, t in enumerate(parts, n + 1)])
-                self.lineno = n + len(parts)
+                out.append(Block(self.source, self.lineno + 1, parts))
+                self.lineno += len(parts)
         else:
             tail = data
         if tail:
@@ -178,19 +202,24 @@ def read_lines(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 16) -
     Opening happens now, so a missing file raises `FileNotFoundError` (or `PermissionError`,
     `IsADirectoryError`) from this call, not from the first iteration.
     """
+    blocks = read_blocks(path, max_line_bytes, chunk)
+    return (line for b in blocks for line in b.lines())
+
+
+def read_blocks(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 18) -> Iterator[Block]:
+    """`read_lines` in `Block`s (no object per line). Opens now, as `read_lines` does."""
     if path == "-":
-        stream = sys.stdin.buffer
-        return _iter_stream(stream, "-", max_line_bytes, chunk, close=False)
+        return _iter_stream(sys.stdin.buffer, "-", max_line_bytes, chunk, close=False)
     if os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
     f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the generator
     return _iter_stream(f, path, max_line_bytes, chunk, close=True)
 
 
-def _iter_stream(f, source: str, max_line_bytes: int, chunk: int, close: bool) -> Iterator[Line]:
+def _iter_stream(f, source: str, max_line_bytes: int, chunk: int, close: bool) -> Iterator[Block]:
     split = _Splitter(source, max_line_bytes)
     read = getattr(f, "read1", None) or f.read
-    out: list[Line] = []
+    out: list[Block] = []
     try:
         while True:
             data = read(chunk)
@@ -290,10 +319,14 @@ class Follower:
 
     def poll(self) -> list[Line]:
         """One non-blocking pass over every followed file; the complete lines appended since the last one."""
+        return expand(self.poll_blocks())
+
+    def poll_blocks(self) -> list[Block]:
+        """`poll` in `Block`s."""
         if self._closed:
             return []
         self._expand()
-        out: list[Line] = []
+        out: list[Block] = []
         initial = not self._started
         self.backlog = False
         for tail in list(self._tails.values()):
@@ -303,7 +336,7 @@ class Follower:
                 self._poll_tail(tail, out, initial)
             except OSError as exc:  # e.g. EIO: keep what we have, retry next poll
                 self._problem(tail, f"{type(exc).__name__}: {exc}")
-            tail.stats.lines_read += len(out) - n0
+            tail.stats.lines_read += sum(len(b.texts) for b in out[n0:])
             tail.stats.lines_cut += tail.split.cuts - cuts0
             if tail.fd is None and not tail.literal and not os.path.lexists(tail.path):
                 # A glob match that went away: forget it (stats stay); if it comes back it is a new file.
@@ -317,7 +350,7 @@ class Follower:
             tail.warned = msg
             log.warning("log source %s: %s", tail.path, msg)
 
-    def _poll_tail(self, t: _Tail, out: list[Line], initial: bool) -> None:
+    def _poll_tail(self, t: _Tail, out: list[Block], initial: bool) -> None:
         try:
             st = os.stat(t.path)
         except (FileNotFoundError, NotADirectoryError):
@@ -372,7 +405,7 @@ class Follower:
         n = len(t.fp)
         return n == 0 or os.pread(t.fd, n, 0) == t.fp
 
-    def _restart(self, t: _Tail, out: list[Line]) -> None:
+    def _restart(self, t: _Tail, out: list[Block]) -> None:
         t.split.flush(out)
         t.split.reset()
         os.lseek(t.fd, 0, os.SEEK_SET)
@@ -380,7 +413,7 @@ class Follower:
         t.fp = b""
         t.stats.truncations += 1
 
-    def _retire(self, t: _Tail, out: list[Line]) -> None:
+    def _retire(self, t: _Tail, out: list[Block]) -> None:
         t.split.flush(out)
         t.split.reset()
         try:
@@ -456,7 +489,7 @@ class Follower:
             return size, lineno + 1, True       # the too-long line we are inside counts as line lineno + 1
         return start, lineno, False
 
-    def _read(self, t: _Tail, out: list[Line], budget: int | None) -> None:
+    def _read(self, t: _Tail, out: list[Block], budget: int | None) -> None:
         fd = t.fd
         chunk = self.read_chunk
         split = t.split
@@ -502,8 +535,9 @@ class Follower:
                 names.add(os.path.realpath(t.path))
         return tuple(os.path.abspath(p) for p in self.patterns), frozenset(names)
 
-    def run(self, on_lines: Callable[[list[Line]], None], stop: threading.Event,
-            poll_interval: float = 1.0, min_interval: float = 0.1, wake_on_append: bool = True) -> None:
+    def run(self, on_lines: Callable[[list], None], stop: threading.Event,
+            poll_interval: float = 1.0, min_interval: float = 0.1, wake_on_append: bool = True,
+            blocks: bool = False) -> None:
         """Poll until ``stop`` is set: when inotify reports a change in a watched directory, and at least
         every ``poll_interval`` seconds. Without inotify (observer cannot start, watch limits reached) it
         polls every ``poll_interval`` seconds.
@@ -514,20 +548,27 @@ class Follower:
 
         ``wake_on_append=False`` subscribes to structural changes only (rotation, creation, deletion) and leaves
         appends to the ``poll_interval`` timer: inotify delivers one event per write, and watchdog's Python
-        threads spend far more handling a flood of them than a few timed polls cost."""
+        threads spend far more handling a flood of them than a few timed polls cost.
+
+        ``blocks=True`` hands ``on_lines`` `Block`s instead of `Line`s. After a poll that found lines, the
+        next one that finds none calls ``on_lines([])`` once."""
         wake = threading.Event()
         watcher = self._watcher = _Watcher(wake, appends=wake_on_append)
         self.mode = watcher.mode
         refresh_watches = True
+        had_lines = False
         try:
             while not stop.is_set() and not self._closed:
                 polled_at = time.monotonic()
-                lines = self.poll()
-                if lines:
+                lines = self.poll_blocks() if blocks else self.poll()
+                if lines or had_lines:
+                    # one empty call when the logs go quiet: the consumer emits what it holds (a traceback
+                    # is often the last thing a crashing server prints; nothing follows to complete it)
                     try:
                         on_lines(lines)
                     except Exception:
                         log.exception("log line consumer failed")
+                had_lines = bool(lines)
                 if self.backlog:
                     continue
                 if refresh_watches:      # directories only change on rotation or new files: the timer catches them

@@ -141,59 +141,94 @@ def parse_batch_body(body: str, fields: dict) -> None:
             fields[base] = value
 
 
-# Fast paths: whole-message regexes for the shapes that make up nearly all of a real log (plain and speculative
-# decode lines of every version, prefill lines 0.3.6-0.5.8 and 0.5.10+, single GPU / TP / DP). Anything else
-# (PD, hybrid pools, MFU/occupancy tails, 0.3.x mixed prefill, 0.5.9's order, odd spacing) does not match and
-# takes the generic splitter; the fields are the same either way (tests/test_grammar_properties.py checks).
-_I = "[0-9]{1,18}"
-_F = "[0-9]{1,18}\\.[0-9]{1,18}"
-_GRAPH_ALT = "(cuda|cpu|npu|musa) graph: (True|False)"
-_FAST_SHAPES = {
-    "decode_batch": (
-        rf"Decode batch(?: \[({_I})\])?([.,]) #running-req: ({_I}), #token: ({_I}), token usage: ({_F}), "
-        rf"(?:accept len: ({_F}), (?:accept rate: ({_F}), )?)?(?:{_GRAPH_ALT}, )?"
-        rf"gen throughput \(token/s\): ({_F}), #queue-req: ({_I})(, )?",
-        ("forward_iter", None, "running_req", "num_tokens", "token_usage", "spec_accept_length", "spec_accept_rate",
-         "graph_backend", "cuda_graph", "gen_throughput", "queue_req", None)),
-    "prefill_batch": (
-        rf"Prefill batch(?: \[({_I})\])?([.,]) #new-seq: ({_I}), #new-token: ({_I}), #cached-token: ({_I}), "
-        rf"(?:cache hit rate: ({_F})%, )?token usage: ({_F}), #running-req: ({_I}), #queue-req: ({_I})"
-        rf"(?:, #pending-token: ({_I}))?(?:, input throughput \(token/s\): ({_F}))?(?:, {_GRAPH_ALT})?"
-        rf"(?:, input throughput \(token/s\): ({_F}))?(, )?",     # 0.5.9: throughput, graph; 0.5.10+: graph, throughput
-        ("forward_iter", None, "new_seq", "new_token", "cached_token", "cache_hit_rate", "token_usage",
-         "running_req", "queue_req", "pending_token", "input_throughput", "graph_backend", "cuda_graph",
-         "input_throughput", None)),
-}
+# Learned shapes. A source keeps printing its batch lines in one or two exact shapes (one SGLang version, one
+# set of options). The first batch line of a shape takes the generic splitter; the parser then compiles that
+# shape (header form, keys in order, value classes) into an exact regex and a generated build function, and
+# later lines of the shape are parsed by one regex call plus one dict literal. A line whose values leave the
+# learned classes (a negative number, "nan", odd spacing) simply does not match and takes the generic path;
+# the fields are the same either way (tests/test_grammar_properties.py checks).
+_I = "([0-9]{1,18})"
+_F = "([0-9]{1,18}\\.[0-9]{1,18})"
+_INT_VALUE = re.compile("[0-9]{1,18}")
+_FLOAT_VALUE = re.compile("[0-9]{1,18}\\.[0-9]{1,18}")
+MAX_SHAPES = 8              # learned shapes per source; more are rare (the least recent one is dropped)
+MAX_FRUITLESS_LEARNING = 64  # batch lines that taught nothing new before a source stops trying
 
 
-def _fast_plan(kind: str, offset: int):
-    """(regex text, build(groups) -> fields, separator group, trailing-comma group, forward-iter group).
+class _Shape:
+    """A learned batch-line shape: its regex (after the prefix) and the items of the dict literal that turns
+    its groups into fields (`code`: one template per field, "{}" where the next group number goes)."""
+    __slots__ = ("key", "kind", "regex", "code", "ngroups", "sep", "has_iter", "trailing", "has_graph", "build",
+                 "family", "count")
 
-    Group indices are absolute in _LINE's groups() (the prefix's 4 groups come first). build() is generated
-    straight-line code (one statement per group): measurably faster than a loop over a plan."""
-    regex, names = _FAST_SHAPES[kind]
-    assert re.compile(regex).groups == len(names), kind
-    lines = ["def build(g):", "    f = {}"]
-    for i, name in enumerate(names):
-        if name:
-            lines.append(f"    v = g[{offset + i}]")
-            lines.append(f"    if v is not None: f[{name!r}] = {_CONVERT_CODE.get(name, 'int(v)')}")
-    lines.append("    return f")
-    namespace: dict = {}
-    exec("\n".join(lines), namespace)  # noqa: S102 - code built above from constant names only
-    return regex, namespace["build"], offset + names.index(None), offset + len(names) - 1, offset
+    def __init__(self, key, kind, regex, code, ngroups, sep, has_iter, trailing, has_graph):
+        self.key, self.kind, self.regex, self.code, self.ngroups = key, kind, regex, code, ngroups
+        self.sep, self.has_iter, self.trailing, self.has_graph = sep, has_iter, trailing, has_graph
+        self.build = None       # set per parser: group numbers depend on the shape's place in the line regex
+        self.family = None      # the format family it implies, when that does not depend on the line
+        self.count = 0          # lines parsed by it (folded into the parser's counts)
 
 
-_CONVERT_CODE = {"token_usage": "float(v)", "spec_accept_length": "float(v)", "spec_accept_rate": "float(v)",
-                 "gen_throughput": "float(v)", "input_throughput": "float(v)", "cache_hit_rate": "float(v) / 100.0",
-                 "cuda_graph": 'v == "True"', "graph_backend": "v"}
+def learn_shape(msg: str):
+    """The exact shape of a batch message the generic path parsed, or None when it has parts this scheme does
+    not cover (0.3.x mixed prefill, hybrid `a=1, b=2` values, keys we do not know, odd spacing)."""
+    m = _BATCH_HEAD.match(msg)
+    if m is None or m.group(2) is not None:
+        return None
+    kind = "decode_batch" if m.group(1) == "Decode" else "prefill_batch"
+    has_iter = m.group(3) is not None
+    head = msg[:m.end()]
+    regex = [re.escape(head.split(" [", 1)[0]) + (r" \[" + _I + r"\]" + re.escape(head[head.index("]") + 1:])
+                                                 if has_iter else "")]
+    items = ["'forward_iter': int(g[{}])"] if has_iter else []
+    body = msg[m.end():]
+    stripped = body.rstrip(", ")
+    has_graph = False
+    pieces = []
+    for piece in stripped.split(", "):
+        key, sep, val = piece.partition(": ")
+        if not sep or val != val.strip():
+            return None
+        backend = _GRAPH_KEYS.get(key)
+        if backend is not None:
+            if val not in ("True", "False"):
+                return None
+            pieces.append(re.escape(key) + ": (True|False)")
+            items += [f"'graph_backend': {backend!r}", "'cuda_graph': g[{}] == 'True'"]
+            has_graph = True
+            continue
+        name = _BATCH_KEYS.get(key)
+        if name is None or "=" in val:
+            return None
+        percent = val.endswith("%")
+        num = val[:-1] if percent else val
+        if _INT_VALUE.fullmatch(num):
+            cls, conv = _I, ("int(g[{}]) / 100.0" if percent else "int(g[{}])")
+        elif _FLOAT_VALUE.fullmatch(num):
+            cls, conv = _F, ("float(g[{}]) / 100.0" if percent else "float(g[{}])")
+        else:
+            return None
+        pieces.append(re.escape(key) + ": " + cls + ("%" if percent else ""))
+        items.append(f"{name!r}: {conv}")
+    regex.append(", ".join(pieces) + re.escape(body[len(stripped):]))
+    text = "".join(regex)
+    ngroups = re.compile(text).groups
+    key = (kind, text)
+    return _Shape(key, kind, text, items, ngroups, m.group(4), has_iter, body.endswith(", "), has_graph)
+
+
+def _compile_build(shape: _Shape, first_group: int):
+    """build(groups, time, ts, rank, source, line) -> the Event, its fields one dict literal with the group
+    numbers filled in (generated from constant names: one call per line, no loop)."""
+    group = iter(range(first_group, first_group + shape.ngroups))
+    items = [item.format(next(group)) if "{}" in item else item for item in shape.code]
+    namespace: dict = {"Event": Event}
+    exec(f"def build(g, t, ts, rank, source, line):\n    return Event({shape.kind!r}, {{" + ", ".join(items)
+         + "}, t, ts, rank, source, line)", namespace)  # noqa: S102 - built above
+    return namespace["build"]
+
+
 _PREFIX_GROUPS = _PREFIX.groups
-_FAST_DECODE = _fast_plan("decode_batch", _PREFIX_GROUPS)
-_FAST_PREFILL = _fast_plan("prefill_batch", _PREFIX_GROUPS + re.compile(_FAST_DECODE[0]).groups)
-# The whole line in one regex call: SGLang's prefix, then (optionally) a fast-path batch message to the end.
-# When neither batch shape matches, the optional group is empty and m.end() is where the message starts.
-_LINE = re.compile(_PREFIX.pattern + "(?:" + _FAST_DECODE[0] + r"\Z|" + _FAST_PREFILL[0] + r"\Z)?")
-_DECODE_SEP, _PREFILL_SEP = _FAST_DECODE[2], _FAST_PREFILL[2]
 
 
 def split_top_level(text: str, sep: str) -> list[str]:
@@ -282,8 +317,8 @@ class Parser:
     def __init__(self, source: str = ""):
         self.source = source
         self.unparsed: Counter = Counter()
-        self.recognised = 0
-        self.kinds: Counter = Counter()
+        self._recognised = 0          # records recognised, and per kind, except those counted per learned shape
+        self._kinds: Counter = Counter()
         self.format_family: str | None = None
         self._pending: _Pending | None = None
         self._date_key, self._date_ts, self._date_iso = "", 0.0, ""   # last "date time" seen (one per second)
@@ -291,34 +326,69 @@ class Parser:
         self._day_offset = 0.0       # time-only prefixes (SGLang 0.3.0-0.3.3): add a day when the clock wraps
         self._last_tod = -1.0
         self._last_kv_oom_line = -10**9
+        self.learning = True          # learn batch-line shapes (tests turn it off to compare both paths)
+        self._shapes: list[_Shape] = []
+        self._by_marker: dict[int, _Shape] = {}
+        self._line_re = _PREFIX
+        self._fruitless = 0
 
     # ------------------------------------------------------------------ public API
+    @property
+    def recognised(self) -> int:
+        """Records turned into Events so far."""
+        return self._recognised + sum(s.count for s in self._shapes)
+
+    @property
+    def kinds(self) -> Counter:
+        """Events so far, by kind."""
+        out = Counter(self._kinds)
+        for s in self._shapes:
+            out[s.kind] += s.count
+        return out
+
     def feed(self, text: str, lineno: int = 0, container_time: str | None = None) -> list[Event]:
         """One physical line (or container record) -> the Events it completes (usually 0 or 1)."""
+        out: list[Event] = []
         try:
-            return self._feed(text, lineno, container_time)
+            self._feed(text, lineno, container_time, out)
         except Exception:  # noqa: BLE001 - a source never crashes the process; the line counts as malformed
             self._pending = None
             self.unparsed["malformed"] += 1
-            return []
+        return out
 
-    def _feed(self, text: str, lineno: int, container_time: str | None) -> list[Event]:
+    def feed_lines(self, texts: list[str], first: int) -> list[Event]:
+        """Consecutive lines of a plain-text source (line `first` first) -> the Events they complete."""
+        out: list[Event] = []
+        feed = self._feed
+        lineno = first
+        for text in texts:
+            try:
+                feed(text, lineno, None, out)
+            except Exception:  # noqa: BLE001 - as in feed()
+                self._pending = None
+                self.unparsed["malformed"] += 1
+            lineno += 1
+        return out
+
+    def _feed(self, text: str, lineno: int, container_time: str | None, out: list) -> None:
         if not text or text.isspace():
             p = self._pending
             if p is not None:           # part of a multi-line record (the KV-pool OOM message ends with "\n")
                 p.lines += 1
             else:
                 self.unparsed["empty"] += 1
-            return []
+            return
         if "\x00" in text:
             self.unparsed["binary"] += 1
-            return []
-        m = _LINE.match(text) if text[0] == "[" else None
+            return
+        m = self._line_re.match(text) if text[0] == "[" else None
         if m is None and "[" in text:
-            m = _LINE.search(text)
+            m = self._line_re.search(text)
         if m is None:
-            return self._bare(text, lineno, container_time)
-        out = self.flush() if self._pending else []
+            self._bare(text, lineno, container_time, out)
+            return
+        if self._pending:
+            out += self.flush()
         g = m.groups()
         date, tod, frac, ranks = g[0], g[1], g[2], g[3]
         if date is not None:
@@ -341,44 +411,67 @@ class Parser:
         rank = self._rank_cache.get(ranks) if ranks else EMPTY_RANK
         if rank is None:
             rank = self._rank(ranks)
-        sep = g[_DECODE_SEP]
-        if sep is not None:
-            fast, kind = _FAST_DECODE, "decode_batch"
-        else:
-            sep = g[_PREFILL_SEP]
-            fast, kind = (_FAST_PREFILL, "prefill_batch") if sep is not None else (None, None)
-        if fast is not None:
-            fields = fast[1](g)
-            if sep == "," and date is not None and g[fast[3]] is None:
-                self.format_family = "0.5.9-0.5.23"         # the common case, without the call
-            else:
-                self.format_family = self._family(sep, g[fast[4]] is not None, g[fast[3]] is not None,
-                                                  "cuda_graph" in fields, date is None, fast is _FAST_DECODE)
-            self.recognised += 1
-            self.kinds[kind] += 1
-            ev = Event(kind, fields, iso, ts, rank, self.source, lineno)
-            if out:
-                out.append(ev)
-                return out
-            return [ev]
-        start = m.end()
-        ev = self._message(text[start:], date is None)
+        shape = self._by_marker.get(m.lastindex)
+        if shape is not None:
+            kind = shape.kind
+            family = shape.family
+            if family is None or date is None:
+                family = self._family(shape.sep, shape.has_iter, shape.trailing, shape.has_graph, date is None,
+                                      kind == "decode_batch")
+            self.format_family = family
+            shape.count += 1
+            out.append(shape.build(g, iso, ts, rank, self.source, lineno))
+            return
+        msg = text[m.end():]
+        ev = self._message(msg, date is None)
         if ev is None:
             self.unparsed["unknown_message"] += 1
-            return out
+            return
         if ev is _MALFORMED:
             self.unparsed["malformed"] += 1
-            return out
+            return
         ev.time, ev.ts, ev.rank, ev.source, ev.line = iso, ts, rank, self.source, lineno
-        if ev.kind in _MULTILINE:
+        kind = ev.kind
+        if kind in _MULTILINE:
             self._pending = _Pending(ev)
-            if ev.kind == "oom":
+            if kind == "oom":
                 self._last_kv_oom_line = lineno
-            return out
-        self.recognised += 1
-        self.kinds[ev.kind] += 1
+            return
+        self._recognised += 1
+        self._kinds[kind] += 1
         out.append(ev)
-        return out
+        if (kind == "decode_batch" or kind == "prefill_batch") and self.learning:
+            self._learn(msg)
+
+    def _learn(self, msg: str) -> None:
+        if self._fruitless >= MAX_FRUITLESS_LEARNING:
+            return
+        shape = learn_shape(msg)
+        if shape is None or any(s.key == shape.key for s in self._shapes):
+            self._fruitless += 1
+            return
+        self._shapes.append(shape)
+        for old in self._shapes[:-MAX_SHAPES]:
+            self._kinds[old.kind] += old.count
+            self._recognised += old.count
+        del self._shapes[:-MAX_SHAPES]
+        self._compile_shapes()
+
+    def _compile_shapes(self) -> None:
+        """One regex for the whole line: SGLang's prefix, then optionally one of the learned shapes to the end
+        of the line. Each shape ends in an empty marker group, so m.lastindex says which one matched; when none
+        did, m.end() is where the message starts."""
+        alts, by_marker = [], {}
+        first = _PREFIX_GROUPS           # index in m.groups() of the shape's first group
+        for sh in self._shapes:
+            sh.build = _compile_build(sh, first)
+            first += sh.ngroups + 1
+            by_marker[first] = sh        # the marker's group number (1-based) == its index + 1
+            sh.family = None if sh.sep == "." and sh.kind == "prefill_batch" else \
+                self._family(sh.sep, sh.has_iter, sh.trailing, sh.has_graph, False, sh.kind == "decode_batch")
+            alts.append(sh.regex + r"\Z()")
+        self._line_re = re.compile(_PREFIX.pattern + "(?:" + "|".join(alts) + ")?")
+        self._by_marker = by_marker
 
     def flush(self) -> list[Event]:
         """Emit a pending multi-line record (call at end of input or when a source goes idle)."""
@@ -396,35 +489,36 @@ class Parser:
                 if not repeat:
                     out.append(Event("oom", _oom_fields(p.oom_text, _phase_from_frames(p.funcs)), ev.time, ev.ts,
                                      ev.rank, self.source, p.oom_line))
-        self.recognised += len(out)
+        self._recognised += len(out)
         for e in out:
-            self.kinds[e.kind] += 1
+            self._kinds[e.kind] += 1
         return out
 
     # ------------------------------------------------------------------ internals
-    def _bare(self, text: str, lineno: int, container_time: str | None) -> list[Event]:
+    def _bare(self, text: str, lineno: int, container_time: str | None, out: list) -> None:
         """A line without SGLang's prefix: a continuation of a pending record, or a bare message."""
         p = self._pending
         if p is not None:
             p.lines += 1
             if p.lines <= _MAX_RECORD_LINES:
                 self._continue(p, text, lineno)
-            return []
+            return
         if _CUDA_OOM.search(text):
             ts = _container_ts(container_time) if container_time else None
             ev = Event("oom", _oom_fields(text, "unknown"), container_time, ts, EMPTY_RANK, self.source, lineno)
-            self.recognised += 1
-            self.kinds["oom"] += 1
-            return [ev]
+            self._recognised += 1
+            self._kinds["oom"] += 1
+            out.append(ev)
+            return
         if "Watchdog caught collective operation timeout" in text:
             ts = _container_ts(container_time) if container_time else None
             ev = Event("nccl_timeout", {"message": text.strip()[:500]}, container_time, ts, EMPTY_RANK,
                        self.source, lineno)
-            self.recognised += 1
-            self.kinds["nccl_timeout"] += 1
-            return [ev]
+            self._recognised += 1
+            self._kinds["nccl_timeout"] += 1
+            out.append(ev)
+            return
         self.unparsed["no_sglang_prefix"] += 1
-        return []
 
     def _continue(self, p: _Pending, text: str, lineno: int) -> None:
         ev = p.event

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 
 from exporter.ingest.containers import ContainerDecoder
 from exporter.ingest.events import Event
-from exporter.ingest.follower import Line, read_lines
+from exporter.ingest.follower import Block, Line, read_blocks
 from exporter.ingest.grammar import Parser
 
 
@@ -29,6 +29,23 @@ class SourceParser:
             return []
         return self.parser.feed(rec.text, rec.lineno, rec.time)
 
+    def feed_block(self, block: Block) -> list[Event]:
+        """Lines in bulk: a plain-text source goes straight to the parser, with no object per line."""
+        texts = block.texts
+        self.lines += len(texts)
+        self.cut += block.cuts
+        self.bytes += sum(map(len, texts)) + len(texts)
+        out: list[Event] = []
+        i, n = 0, len(texts)
+        while i < n and self.decoder.format != "plain":    # until detected, and for every line of CRI/docker
+            rec = self.decoder.feed(block.first + i, texts[i])
+            if rec is not None:
+                out += self.parser.feed(rec.text, rec.lineno, rec.time)
+            i += 1
+        if i < n:
+            out += self.parser.feed_lines(texts[i:] if i else texts, block.first + i)
+        return out
+
     def flush(self) -> list[Event]:
         out = []
         while (rec := self.decoder.flush()) is not None:     # one unfinished record per stream
@@ -45,11 +62,20 @@ class Sources:
     def feed(self, lines: Iterable[Line]) -> list[Event]:
         out: list[Event] = []
         for line in lines:
-            sp = self.by_source.get(line.source)
-            if sp is None:
-                sp = self.by_source[line.source] = SourceParser(line.source)
-            out += sp.feed(line)
+            out += self._source(line.source).feed(line)
         return out
+
+    def feed_blocks(self, blocks: Iterable[Block]) -> list[Event]:
+        out: list[Event] = []
+        for block in blocks:
+            out += self._source(block.source).feed_block(block)
+        return out
+
+    def _source(self, source: str) -> SourceParser:
+        sp = self.by_source.get(source)
+        if sp is None:
+            sp = self.by_source[source] = SourceParser(source)
+        return sp
 
     def flush(self) -> list[Event]:
         out: list[Event] = []
@@ -68,7 +94,7 @@ def iter_file_events(path: str, max_line_bytes: int = 1 << 20, stats: SourcePars
                      ) -> Iterator[Event]:
     """Every Event of a whole file ("-" = stdin), in file order. Pass `stats` to read counts afterwards."""
     sp = stats or SourceParser(path)
-    feed = sp.feed
-    for line in read_lines(path, max_line_bytes):
-        yield from feed(line)
+    feed = sp.feed_block
+    for block in read_blocks(path, max_line_bytes):
+        yield from feed(block)
     yield from sp.flush()

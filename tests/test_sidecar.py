@@ -1,0 +1,34 @@
+"""The sidecar's threads: what reaches the engine when the log goes quiet."""
+from __future__ import annotations
+
+from helpers import wait_until
+
+from exporter.config import Config
+from exporter.sidecar import Sidecar
+
+CRASH = """[2025-08-11 17:17:03 TP0] Decode batch, #running-req: 3, #token: 100, token usage: 0.10, cuda graph: True, gen throughput (token/s): 10.00, #queue-req: 0
+[2025-08-11 17:17:04 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sglang/srt/managers/scheduler.py", line 2000, in run_scheduler_process
+    scheduler.event_loop_overlap()
+RuntimeError: boom
+"""
+
+
+def test_a_trailing_traceback_reaches_the_engine_when_the_log_goes_quiet(tmp_path):
+    """A crashing server's traceback is the last thing it prints: nothing follows to complete the record, so the
+    follower's went-quiet call must flush it (served threads, real files, no sleeps)."""
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    sc = Sidecar(Config(log_files=(str(log),), poll_interval=0.02))
+    sc.start()
+    try:
+        wait_until(lambda: sc.follower.stats.get(str(log)) is not None and sc.follower.stats[str(log)].up,
+                   what="following")
+        with open(log, "a") as fh:
+            fh.write(CRASH)
+        wait_until(lambda: sc.engine.state.events_total.get("scheduler_exception") == 1, timeout=10,
+                   what="the traceback emitted as scheduler_exception")
+        assert sc.engine.state.events_total["decode_batch"] == 1
+    finally:
+        sc.shutdown(timeout=10)
+    assert not any(t.is_alive() for t in sc.threads)
