@@ -43,6 +43,7 @@ def _check_input(path: str) -> str | None:
 
 
 def cmd_parse(args) -> int:
+    from exporter.ingest.events import JsonLines
     from exporter.ingest.pipeline import SourceParser, iter_file_events
     for path in args.files:
         problem = _check_input(path)
@@ -50,7 +51,7 @@ def cmd_parse(args) -> int:
             _err(problem)
             return EXIT_USAGE
     out = sys.stdout
-    dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+    dumps = JsonLines()
     stats = []
     try:
         for path in args.files:
@@ -58,7 +59,7 @@ def cmd_parse(args) -> int:
             stats.append(sp)
             write = out.write
             for ev in iter_file_events(path, args.max_line_bytes, stats=sp):
-                write(dumps(ev.to_json()))
+                write(dumps(ev))
                 write("\n")
     except BrokenPipeError:
         sys.stderr.close()

@@ -223,3 +223,20 @@ def test_flush_after_arbitrary_input_never_raises(lines, opener):
         p.feed(line, i)
     _json_ok(p.flush())
     assert p.flush() == []
+
+
+@SETTINGS
+@given(st.lists(texts, max_size=20))
+def test_json_lines_writer_equals_json_dumps(lines):
+    """parse's writer reuses encoded parts; its output is byte for byte json.dumps of to_json()."""
+    import json
+
+    from exporter.ingest.events import JsonLines
+    from test_grammar_versions import FAMILIES
+    write = JsonLines()
+    dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+    p = Parser('src "quoted" é')
+    events = p.feed_lines(lines + [ln for fam in FAMILIES.values() for ln in fam.lines[:40]], 1) + p.flush()
+    assert events
+    for ev in events:
+        assert write(ev) == dumps(ev.to_json())

@@ -4,6 +4,8 @@ Kinds and field names are a public contract (docs/log-events.md); add, never ren
 """
 from __future__ import annotations
 
+import json
+import json.encoder
 from dataclasses import dataclass, field
 
 # Every kind the parser can emit. Order is documentation order.
@@ -57,3 +59,41 @@ class Event:
     def to_json(self) -> dict:
         return {"source": self.source, "line": self.line, "kind": self.kind, "time": self.time,
                 "rank": self.rank, "fields": self.fields}
+
+
+class JsonLines:
+    """Event -> its JSON Lines record (docs/log-events.md), byte for byte what
+    ``json.dumps(ev.to_json(), separators=(",", ":"), ensure_ascii=False, default=str)`` gives, with the parts
+    that repeat from event to event (source, rank, time) encoded once and reused."""
+
+    def __init__(self):
+        self.encode = _compact_encoder()
+        self._sources: dict[str, str] = {}
+        self._ranks: dict[int, tuple[dict, str]] = {}     # id(rank) -> (that rank dict, its JSON)
+        self._time: str | None = None
+        self._time_json = "null"
+
+    def __call__(self, ev: Event) -> str:
+        src = self._sources.get(ev.source)
+        if src is None:
+            src = self._sources[ev.source] = self.encode(ev.source)
+        cached = self._ranks.get(id(ev.rank))
+        if cached is None or cached[0] is not ev.rank:     # the entry keeps the dict alive: ids stay unique
+            if len(self._ranks) > 4096:
+                self._ranks.clear()
+            cached = self._ranks[id(ev.rank)] = (ev.rank, self.encode(ev.rank))
+        if ev.time != self._time:
+            self._time, self._time_json = ev.time, self.encode(ev.time)
+        return (f'{{"source":{src},"line":{ev.line},"kind":"{ev.kind}","time":{self._time_json},'
+                f'"rank":{cached[1]},"fields":{self.encode(ev.fields)}}}')
+
+
+def _compact_encoder():
+    """json.dumps(o, separators=(",", ":"), ensure_ascii=False, default=str) as one reusable C encoder:
+    JSONEncoder.encode builds a new one per call, which costs more than encoding a small dict."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:        # no C accelerator (other Pythons): the plain way
+        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+    encode_one = make(None, str, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    join = "".join
+    return lambda o: join(encode_one(o, 0))
