@@ -231,8 +231,9 @@ def test_json_lines_writer_equals_json_dumps(lines):
     """parse's writer reuses encoded parts; its output is byte for byte json.dumps of to_json()."""
     import json
 
-    from exporter.ingest.events import JsonLines
     from test_grammar_versions import FAMILIES
+
+    from exporter.ingest.events import JsonLines
     write = JsonLines()
     dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
     p = Parser('src "quoted" é')
