@@ -3,6 +3,7 @@ suggested one, reconciling signals that pull the same flag in opposite direction
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from exporter.catalog import GIB, SIGNALS_BY_ID, Advice
@@ -65,6 +66,38 @@ def reconcile(judgements: dict[str, Judgement], server_args: dict, memory_config
     return out
 
 
+class Reconciler:
+    """reconcile() that remembers its last answer. The engine calls it at every evaluation, and what advice
+    depends on changes rarely: the firing signals, the current value of each flag they advise on, the
+    headroom and the GPU size. When none of those changed, the last answer (a fresh list) is the answer."""
+
+    def __init__(self):
+        self._key: list | None = None
+        self._advice: list[Recommendation] = []
+
+    def __call__(self, judgements: dict[str, Judgement], server_args: dict, memory_config: dict,
+                 headroom_bytes: float | None = None, total_gpu_bytes: float | None = None) -> list[Recommendation]:
+        firing = tuple(sid for sid, j in judgements.items() if j.firing)
+        key = [firing, headroom_bytes, total_gpu_bytes]
+        for name in _arg_names(firing):         # what _current() reads
+            v = server_args.get(name)
+            if v is None:
+                v = memory_config.get(name)
+            key += (v.__class__, v)             # the type too: 1 and 1.0 are equal but print differently
+        if key != self._key:
+            self._key = key
+            self._advice = reconcile(judgements, server_args, memory_config, headroom_bytes, total_gpu_bytes)
+        return list(self._advice)
+
+
+@functools.cache
+def _arg_names(firing: tuple[str, ...]) -> tuple[str, ...]:
+    """The server arguments behind the flags these signals advise on: all reconcile() reads of server_args
+    and memory_config."""
+    names = (_arg_name(adv.flag) for sid in firing for adv in SIGNALS_BY_ID[sid].advice)
+    return tuple(dict.fromkeys(n for n in names if n is not None))
+
+
 def _ids(items) -> tuple[str, ...]:
     return tuple(sorted({sid for sid, _ in items}))
 
@@ -74,13 +107,19 @@ def _severity(items) -> str:
 
 
 def _current(flag: str, server_args: dict, memory_config: dict):
-    if not flag.startswith("--"):
+    key = _arg_name(flag)
+    if key is None:
         return None
-    key = flag[2:].replace("-", "_")
     value = server_args.get(key)
     if value is None:
         value = memory_config.get(key)
     return value if isinstance(value, (int, float, str, bool)) else None
+
+
+@functools.cache
+def _arg_name(flag: str) -> str | None:
+    """--max-running-requests -> max_running_requests (None: not a server flag, e.g. request-rate)."""
+    return flag[2:].replace("-", "_") if flag.startswith("--") else None
 
 
 def _num(x) -> float | None:

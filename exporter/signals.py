@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from exporter.catalog import SIGNALS
-from exporter.state import ServerState, per_scheduler
+from exporter.state import ServerState
 
 
 @dataclass(frozen=True)
@@ -29,14 +29,39 @@ class Judgement:
 
 
 def evaluate(state: ServerState, params: dict, sources: Sources, now: float) -> dict[str, Judgement]:
-    out = {}
-    for sig in SIGNALS:
-        p = params.get(sig.id)
-        if p is None:
-            continue
-        firing, value, detail = _JUDGES[sig.id](state, p, sources, now, sig.window_seconds)
-        out[sig.id] = Judgement(sig.id, sig.severity, firing, value, detail)
-    return out
+    return Evaluator(params)(state, sources, now)
+
+
+class Evaluator:
+    """evaluate() for one set of thresholds, as the engine calls it every few seconds.
+
+    Judges say (firing, value, detail); a detail is a string or, to be formatted only when needed, a tuple
+    (template, *args). Each signal's last judgement is kept: when its judge says the same again, that
+    Judgement object is returned again. The answer is equal either way (judges give values as floats or
+    None, so == is exact); an unchanged judgement is just not rebuilt, and `changed` (the signals whose
+    judgement was built anew by the last call) lets the engine skip the others in the history."""
+
+    def __init__(self, params: dict):
+        self._plan = tuple((s.id, s.severity, s.window_seconds, _JUDGES[s.id], params[s.id])
+                           for s in SIGNALS if params.get(s.id) is not None)
+        self._last: dict[str, tuple] = {}      # signal id -> (what its judge said, the Judgement)
+        self.changed: list[str] = []
+
+    def __call__(self, state: ServerState, sources: Sources, now: float) -> dict[str, Judgement]:
+        out = {}
+        last = self._last
+        self.changed = changed = []
+        for sid, severity, window, judge, p in self._plan:
+            said = judge(state, p, sources, now, window)
+            seen = last.get(sid)
+            if seen is None or seen[0] != said:
+                firing, value, detail = said
+                if detail.__class__ is not str:
+                    detail = detail[0].format(*detail[1:])
+                seen = last[sid] = (said, Judgement(sid, severity, firing, value, detail))
+                changed.append(sid)
+            out[sid] = seen[1]
+        return out
 
 
 def _fed_by_batches(state: ServerState, sources: Sources) -> bool:
@@ -44,16 +69,20 @@ def _fed_by_batches(state: ServerState, sources: Sources) -> bool:
 
 
 def _fraction(sid: str, want: str):
+    template = "{} of {} samples " + want
+
     def judge(state, p, sources, now, window):
-        w = state.fraction[sid]
-        if not _fed_by_batches(state, sources):
+        if not (sources.log_up if state.log_fed else sources.metrics_up):     # _fed_by_batches, inline
             return None, None, "no live source of batch samples"
         if sid == "concurrency_capped" and not state.memory_config.get("max_running_requests"):
             return None, None, "max_running_requests not known yet (capacity line not seen)"
-        if w.total < p["min_samples"]:
-            return None, None, f"{w.total} samples in the window, {p['min_samples']} needed"
-        share = w.hits / w.total
-        return share >= p["fraction"], share, f"{w.hits} of {w.total} samples {want}"
+        w = state.fraction[sid]
+        total = w.total
+        if total < p["min_samples"]:
+            return None, None, ("{} samples in the window, {} needed", total, p["min_samples"])
+        hits = w.hits
+        share = hits / total
+        return share >= p["fraction"], share, (template, hits, total)
     return judge
 
 
@@ -63,7 +92,7 @@ def _retractions(strict: bool):
             return None, None, "no live source of retraction events"
         rate = state.retractions_per_minute(now, window)
         firing = rate >= p["per_minute"] if strict else rate > p["per_minute"]
-        return firing, rate, f"{rate:.2f} retractions per minute over {window / 60:.0f} min"
+        return firing, rate, ("{:.2f} retractions per minute over {:.0f} min", rate, window / 60)
     return judge
 
 
@@ -73,7 +102,7 @@ def _headroom(low: bool):
         if h is None:
             return None, None, "available_gpu_mem not seen in this epoch"
         firing = h < p["min_bytes"] if low else h > p["max_bytes"]
-        return firing, float(h), f"{h / 2**30:.2f} GiB left after start-up"
+        return firing, float(h), ("{:.2f} GiB left after start-up", h / 2**30)
     return judge
 
 
@@ -81,7 +110,8 @@ def _graph_off(state, p, sources, now, window):
     w = state.graph_off
     if not _fed_by_batches(state, sources) or w.total == 0:
         return None, None, "no decode samples that report CUDA graph state"
-    return w.hits >= p["min_samples"], float(w.hits), f"{w.hits} small decode batches without CUDA graph"
+    hits = w.hits
+    return hits >= p["min_samples"], float(hits), ("{} small decode batches without CUDA graph", hits)
 
 
 def _oom(phase: str):
@@ -89,7 +119,7 @@ def _oom(phase: str):
         if not sources.log_up:
             return None, None, "OOMs are read from logs; no log source is up"
         n = state.ooms[phase].count_since(now - window)
-        return n >= p["min_events"], float(n), f"{n} {phase} OOM events in {window / 60:.0f} min"
+        return n >= p["min_events"], float(n), ("{} {} OOM events in {:.0f} min", n, phase, window / 60)
     return judge
 
 
@@ -99,18 +129,20 @@ def _stalled(state, p, sources, now, window):
     dogs = state.watchdogs.count_since(now - window)
     if state.last_progress_t is None:
         if dogs:
-            return True, None, f"{dogs} watchdog timeouts"
+            return True, None, ("{} watchdog timeouts", dogs)
         return None, None, "no progress seen yet"
     age = max(0.0, now - state.last_progress_t)
     if state.log_fed:
         # a decode line is printed every 40 steps, so the last one may still show running requests that
         # finished since; only a waiting queue proves work is pending
-        waiting = sum(rv.queue or 0 for rv in per_scheduler(state.ranks).values())
+        waiting = sum(rv.queue or 0 for rv in state.schedulers().values())
     else:
         waiting = state.pending() or 0
     stuck = age > p["stall_seconds"] and waiting > 0
-    return stuck or dogs > 0, age, (f"no progress for {age:.0f} s with {waiting:.0f} requests pending"
-                                    + (f"; {dogs} watchdog timeouts" if dogs else ""))
+    if dogs:
+        return True, age, ("no progress for {:.0f} s with {:.0f} requests pending; {} watchdog timeouts", age,
+                           waiting, dogs)
+    return stuck, age, ("no progress for {:.0f} s with {:.0f} requests pending", age, waiting)
 
 
 _LATENCY = (("ttft_p99_seconds", ("time_to_first_token_seconds",)),

@@ -4,10 +4,15 @@ windows of the samples and events the signals judge.
 State changes only through `apply_event`, `apply_scrape` and `expire`; it never reads a clock. Window
 tallies are classified against the thresholds in force when the sample arrives (the profile is fixed for a
 process), so evaluation stays O(1) per signal however long the window.
+
+Batch lines are the bulk of a log (every TP rank may print each one), so the batch path of `apply_event` and
+`classify` are the hot path of `analyze`: thresholds are read once at construction, a batch line is a sample
+once per scheduler (not per TP rank), and the sample windows are tallied in 1-second buckets.
 """
 from __future__ import annotations
 
-import bisect
+import math
+import operator
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -15,8 +20,12 @@ from exporter.catalog import SIGNALS_BY_ID
 from exporter.ingest.events import Event
 
 MAX_RANKS = 64            # distinct rank label sets kept; more fold into "other" (bounded label sets)
-MAX_WINDOW_SAMPLES = 20000  # per window; a window never holds more, whatever the input rate
+MAX_WINDOW_SAMPLES = 20000  # per event window (TimeWindow); it never holds more, whatever the input rate
+MAX_WINDOW_BUCKETS = 3600   # per hit window (HitWindow): 1-second buckets, an hour; memory is bounded whatever
+                            # the sample rate, and every catalog window (<= 15 min) fits whole
 OTHER_RANK = ("other", None, None)
+_STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
+                          "server_ready"))   # the other event kinds apply_event reads
 FRACTION_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped")
 
 
@@ -31,33 +40,97 @@ class RankValues:
 
 
 class HitWindow:
-    """Samples in the last `seconds`, each a hit or not; counts kept incrementally."""
-    __slots__ = ("seconds", "items", "hits")
+    """Samples of the last `seconds`, each counted in one or more hit series (a hit or not in each).
 
-    def __init__(self, seconds: float):
+    The batch-sample signals share one window, so a sample is counted in all their series at once, in
+    1-second buckets `[total_0, hits_0, total_1, hits_1, ...]` (their starts in `starts`). Counting is an
+    increment of the newest bucket. When a bucket closes its counts become running totals (everything counted
+    up to its end), so a series' count in the window is "newest closed running total - that of the last
+    bucket that left + the newest bucket's own count": reading it and dropping a bucket are O(1), and memory
+    is bounded by MAX_WINDOW_BUCKETS whatever the sample rate.
+
+    A bucket leaves when its start is older than `now - seconds`. With whole-second timestamps (SGLang's)
+    that is exactly "a sample older than the edge leaves"; with sub-second timestamps a sample may leave up
+    to 1 s early, which windows of minutes do not notice. A sample older than the newest bucket (interleaved
+    ranks, a clock step back) is counted in the newest bucket."""
+    __slots__ = ("seconds", "starts", "items", "_last", "_end", "_closed", "_gone", "_zero")
+
+    def __init__(self, seconds: float, series: int = 1):
         self.seconds = seconds
+        self.starts: deque = deque()
         self.items: deque = deque()
-        self.hits = 0
+        self._zero = [0] * (2 * series)
+        self._closed = self._zero    # running totals to the end of the newest closed bucket
+        self._gone = self._zero      # running totals to the end of the last bucket that left
+        self._last = self._zero[:]   # the newest bucket, still counting (a stand-in when there is none)
+        self._end = -math.inf        # its end
 
-    def push(self, t: float, hit: bool) -> None:
-        self.items.append((t, hit))
-        self.hits += hit
-        if len(self.items) > MAX_WINDOW_SAMPLES:
-            self.hits -= self.items.popleft()[1]
+    def bucket(self, t: float) -> list:
+        """The bucket to count a sample at `t` in: add 1 to [2s] and the hit to [2s + 1] for series s."""
+        if t < self._end:
+            return self._last
+        items = self.items
+        if items:                    # the newest bucket closes: its counts become running totals
+            items[-1] = self._closed = list(map(operator.add, self._closed, self._last))
+        start = math.floor(t)
+        self._end = start + 1
+        self._last = b = self._zero[:]
+        items.append(b)
+        self.starts.append(start)
+        if len(items) > MAX_WINDOW_BUCKETS:
+            self.starts.popleft()
+            self._gone = items.popleft()
+        return b
+
+    def push(self, t: float, hit: bool, series: int = 0) -> None:
+        b = self.bucket(t)
+        b[2 * series] += 1
+        b[2 * series + 1] += hit
+
+    def count(self, i: int) -> int:
+        """Entry i of the window's tally (2s: samples of series s, 2s + 1: its hits)."""
+        return self._closed[i] - self._gone[i] + self._last[i]
+
+    def series(self, s: int) -> HitSeries:
+        return HitSeries(self, s)
 
     def expire(self, now: float) -> None:
         edge = now - self.seconds
-        items = self.items
-        while items and items[0][0] < edge:
-            self.hits -= items.popleft()[1]
+        starts, items = self.starts, self.items
+        while starts and starts[0] < edge:
+            starts.popleft()
+            b = items.popleft()
+            if items:
+                self._gone = b
+            else:                    # the newest bucket left (every closed one did before it): none counts
+                self._last = self._zero[:]
+                self._end = -math.inf
+
+    def clear(self) -> None:
+        self.starts.clear()
+        self.items.clear()
+        self._closed = self._gone = self._zero
+        self._last = self._zero[:]
+        self._end = -math.inf
+
+
+class HitSeries:
+    """One series of a HitWindow, read like a window of its own: `total` samples, `hits` of them."""
+    __slots__ = ("window", "_i")
+
+    def __init__(self, window: HitWindow, s: int):
+        self.window = window
+        self._i = 2 * s
 
     @property
     def total(self) -> int:
-        return len(self.items)
+        w, i = self.window, self._i
+        return w._closed[i] - w._gone[i] + w._last[i]      # HitWindow.count(i), inline: read at every evaluation
 
-    def clear(self) -> None:
-        self.items.clear()
-        self.hits = 0
+    @property
+    def hits(self) -> int:
+        w, i = self.window, self._i + 1
+        return w._closed[i] - w._gone[i] + w._last[i]
 
 
 class TimeWindow:
@@ -79,23 +152,28 @@ class TimeWindow:
             self.items.popleft()
 
     def weight_since(self, t0: float) -> float:
-        """Total weight of events at or after t0 (items are in time order)."""
-        times = [t for t, _ in self.items]
-        i = bisect.bisect_left(times, t0)
-        return sum(w for _, w in list(self.items)[i:])
+        """Total weight of events at or after t0. Items are in time order, so only those are visited (newest
+        first; the weights are counts, whole numbers, so the order of the additions does not matter)."""
+        total = 0.0
+        for t, w in reversed(self.items):
+            if t < t0:
+                break
+            total += w
+        return total
 
     def count_since(self, t0: float) -> int:
-        return sum(1 for t, _ in self.items if t >= t0)
+        n = 0
+        for t, _ in reversed(self.items):
+            if t < t0:
+                break
+            n += 1
+        return n
 
 
 @dataclass
 class Histogram:
     """Cumulative bucket snapshots of one SGLang latency histogram, summed over its series."""
     snapshots: deque = field(default_factory=deque)   # (t, {le: cumulative count})
-
-
-def rank_key(rank: dict) -> tuple:
-    return (rank.get("dp"), rank.get("tp"), rank.get("pp"))
 
 
 class ServerState:
@@ -118,9 +196,24 @@ class ServerState:
         self.first_t: float | None = None
         self._startup_seen: set = set()
         self._leader_tp: dict = {}     # DP rank -> the TP rank that prints its batch lines
+        self._schedulers: dict | None = None   # per_scheduler(self.ranks), until the rank table changes
         window = {sid: (SIGNALS_BY_ID[sid].window_seconds) for sid in SIGNALS_BY_ID}
-        self.fraction = {sid: HitWindow(window[sid]) for sid in FRACTION_SIGNALS}
-        self.graph_off = HitWindow(window["cuda_graph_off_small_batch"])
+        # every batch sample is judged by these five signals over one window: one HitWindow counts them all
+        sampled = (*FRACTION_SIGNALS, "cuda_graph_off_small_batch")
+        assert len({window[sid] for sid in sampled}) == 1, f"{sampled} must share one window length"
+        self.samples = HitWindow(window[sampled[0]], series=len(sampled))
+        self.fraction = {sid: self.samples.series(i) for i, sid in enumerate(FRACTION_SIGNALS)}
+        self.graph_off = self.samples.series(len(FRACTION_SIGNALS))
+        # classify() runs for every batch sample: the thresholds (fixed for the process) are read here once;
+        # None = the signal is inactive in this profile
+        def param(sid, key):
+            return params[sid][key] if params.get(sid) else None
+        self._min_queue = param("queue_below_range", "min_queue")
+        self._max_queue = param("queue_above_range", "max_queue")
+        self._min_usage = param("kv_cache_underused", "min_usage")
+        self._cap_fraction = param("concurrency_capped", "running_fraction")
+        self._cap_max_usage = param("concurrency_capped", "max_usage")
+        self._graph_default_bs = param("cuda_graph_off_small_batch", "default_max_bs")
         self.retractions = TimeWindow(max(window["retractions_frequent"], window["retraction_storm"]))
         self.ooms = {"prefill": TimeWindow(window["oom_prefill"]), "decode": TimeWindow(window["oom_decode"])}
         self.watchdogs = TimeWindow(window["stalled"])
@@ -131,7 +224,7 @@ class ServerState:
         self.retracted_requests_total = 0
         self.oom_total: Counter = Counter()
         self.watchdog_total = 0
-        self.events_total: Counter = Counter()
+        self.events_total: dict[str, int] = {}     # kind -> events (a plain dict: a Counter is slower to bump)
         # /metrics-fed progress and retraction counters (metrics-only deployments)
         self._last_counter: dict[str, float] = {}
         self.metrics_seen = False
@@ -140,10 +233,60 @@ class ServerState:
     def apply_event(self, ev: Event, now: float) -> None:
         if self.first_t is None:
             self.first_t = now
-        self.events_total[ev.kind] += 1
         kind, f = ev.kind, ev.fields
+        try:
+            self.events_total[kind] += 1
+        except KeyError:
+            self.events_total[kind] = 1
         if kind == "decode_batch" or kind == "prefill_batch":
-            self._batch(ev, now)
+            # batch lines are nearly all of a log: handled here, without a further call
+            r = ev.rank
+            dp, tp = r.get("dp"), r.get("tp")
+            # One sample per scheduler, not per TP rank. The TP ranks of a DP rank share one scheduler, and when
+            # they all print batch lines (--enable-metrics-for-all-schedulers) they repeat its queue, running
+            # and usage: every line still updates its rank's gauges, but only the lines of the DP rank's lowest
+            # TP rank (its leader: TP0, or DP1 TP4 with DP attention and tp=8, dp=2) are tallied, so a window
+            # holds the same samples (and min_samples means the same) whatever the TP size.
+            sample = True
+            if tp is not None:
+                leaders = self._leader_tp
+                leader = leaders.get(dp)
+                if leader is None:
+                    if len(leaders) < MAX_RANKS:
+                        leaders[dp] = tp
+                    # else the table is full: every line of this DP rank is a sample (per-rank sampling)
+                elif tp < leader:
+                    leaders[dp] = tp      # a lower TP rank showed up: it leads from now on (the choice is stable)
+                elif tp != leader:
+                    sample = False
+            key = (dp, tp, r.get("pp"))
+            rv = self.ranks.get(key)
+            if rv is None:
+                rv = self._new_rank(key)
+            rv.t = now
+            queue = f.get("queue_req")
+            running = f.get("running_req")
+            usage = f.get("token_usage")
+            if usage.__class__ is not float:
+                usage = usage_of(f)     # an int, or a hybrid model's pools
+            if queue is not None:
+                rv.queue = queue
+            if running is not None:
+                rv.running = running
+            if usage is not None:
+                rv.usage = usage
+            self.last_batch_t = self.last_progress_t = now
+            if kind != "decode_batch":
+                return
+            if "gen_throughput" in f:
+                rv.throughput = f["gen_throughput"]
+            graph = None
+            if "cuda_graph" in f:
+                rv.cuda_graph = graph = f["cuda_graph"]
+            if sample:
+                self.classify(now, queue, running, usage, graph)
+        elif kind not in _STATE_KINDS:
+            return                    # access lines, request logs, ...: counted only
         elif kind == "retraction":
             if f.get("testing"):
                 return
@@ -205,70 +348,44 @@ class ServerState:
         self.memory_config = {}
         self.headroom_bytes = None
         self.ranks.clear()
+        self._schedulers = None
         self.last_batch_t = None
-        for w in self.fraction.values():
-            w.clear()
-        self.graph_off.clear()
+        self.samples.clear()
 
     def _new_rank(self, key: tuple) -> RankValues:
         """A slot for a rank not seen yet; past MAX_RANKS - 1 distinct ranks they share the "other" slot, so
         the table (and the exported label sets) never exceed MAX_RANKS entries."""
         if len(self.ranks) >= MAX_RANKS - 1:
             key = OTHER_RANK
+        self._schedulers = None
         return self.ranks.setdefault(key, RankValues())
 
-    def _batch(self, ev: Event, now: float) -> None:
-        f = ev.fields
-        tp = ev.rank.get("tp")
-        if tp is not None:
-            dp = ev.rank.get("dp")
-            if tp < self._leader_tp.get(dp, 1 << 30) and len(self._leader_tp) < MAX_RANKS:
-                self._leader_tp[dp] = tp     # batch lines come from each DP rank's lowest attention-TP rank
-        key = rank_key(ev.rank)
-        rv = self.ranks.get(key)
-        if rv is None:
-            rv = self._new_rank(key)
-        rv.t = now
-        queue = f.get("queue_req")
-        running = f.get("running_req")
-        usage = usage_of(f)
-        if queue is not None:
-            rv.queue = queue
-        if running is not None:
-            rv.running = running
-        if usage is not None:
-            rv.usage = usage
-        self.last_batch_t = now
-        self.last_progress_t = now
-        if ev.kind != "decode_batch":
-            return
-        if "gen_throughput" in f:
-            rv.throughput = f["gen_throughput"]
-        if "cuda_graph" in f:
-            rv.cuda_graph = f["cuda_graph"]
-        self.classify(now, queue, running, usage, f.get("cuda_graph"))
-
     def classify(self, now: float, queue, running, usage, cuda_graph) -> None:
-        """Tally one batch sample into every window it is judged in."""
-        p = self.params
+        """Count one batch sample in every series it is judged in. The bucket's layout follows the series
+        order of self.samples: (total, hits) x (queue_below_range, queue_above_range, kv_cache_underused,
+        concurrency_capped, cuda_graph_off_small_batch); literal indices keep it fast."""
+        b = self.samples.bucket(now)
         if queue is not None:
-            if p.get("queue_below_range"):
-                self.fraction["queue_below_range"].push(now, queue < p["queue_below_range"]["min_queue"])
-            if p.get("queue_above_range"):
-                self.fraction["queue_above_range"].push(now, queue > p["queue_above_range"]["max_queue"])
-            if usage is not None and p.get("kv_cache_underused"):
-                self.fraction["kv_cache_underused"].push(
-                    now, queue > 0 and usage < p["kv_cache_underused"]["min_usage"])
-            cap = self.memory_config.get("max_running_requests")
-            cp = p.get("concurrency_capped")
-            if cp and cap and running is not None and usage is not None:
-                self.fraction["concurrency_capped"].push(
-                    now, running >= cp["running_fraction"] * cap and queue > 0 and usage < cp["max_usage"])
-        gp = p.get("cuda_graph_off_small_batch")
-        if gp and cuda_graph is not None and running is not None:
-            max_bs = self.server_args.get("cuda_graph_max_bs") or gp["default_max_bs"]
+            if self._min_queue is not None:
+                b[0] += 1
+                b[1] += queue < self._min_queue
+            if self._max_queue is not None:
+                b[2] += 1
+                b[3] += queue > self._max_queue
+            if usage is not None:
+                if self._min_usage is not None:
+                    b[4] += 1
+                    b[5] += queue > 0 and usage < self._min_usage
+                if self._cap_fraction is not None and running is not None:
+                    cap = self.memory_config.get("max_running_requests")
+                    if cap:
+                        b[6] += 1
+                        b[7] += running >= self._cap_fraction * cap and queue > 0 and usage < self._cap_max_usage
+        if cuda_graph is not None and running is not None and self._graph_default_bs is not None:
+            max_bs = self.server_args.get("cuda_graph_max_bs") or self._graph_default_bs
             small = running <= max_bs if isinstance(max_bs, (int, float)) else True
-            self.graph_off.push(now, (not cuda_graph) and small and running > 0)
+            b[8] += 1
+            b[9] += (not cuda_graph) and small and running > 0
 
     # ------------------------------------------------------------------ scrapes (/metrics)
     def apply_scrape(self, scrape, now: float) -> None:
@@ -323,9 +440,7 @@ class ServerState:
 
     # ------------------------------------------------------------------ time
     def expire(self, now: float) -> None:
-        for w in self.fraction.values():
-            w.expire(now)
-        self.graph_off.expire(now)
+        self.samples.expire(now)
         self.retractions.expire(now)
         for w in self.ooms.values():
             w.expire(now)
@@ -340,7 +455,14 @@ class ServerState:
         """Queue + running of the server, from the latest value of each scheduler; None when unknown."""
         if not self.ranks:
             return None
-        return sum((rv.queue or 0) + (rv.running or 0) for rv in per_scheduler(self.ranks).values())
+        return sum((rv.queue or 0) + (rv.running or 0) for rv in self.schedulers().values())
+
+    def schedulers(self) -> dict:
+        """per_scheduler(self.ranks), kept until a rank is added or the table is cleared (the RankValues in it
+        are updated in place, so the mapping stays current in between)."""
+        if self._schedulers is None:
+            self._schedulers = per_scheduler(self.ranks)
+        return self._schedulers
 
 
 def per_scheduler(ranks: dict) -> dict:

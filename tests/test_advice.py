@@ -140,3 +140,23 @@ def test_engine_advice_follows_oom_after_restart_current_values():
     eng.ingest(oom("decode"), T0 + 5)
     r = by_flag(eng.evaluate(T0 + 5).advice)["--max-running-requests"]
     assert (r.action, r.current, r.suggested) == ("decrease", 256, 192)
+
+
+def test_reconciler_remembers_only_while_its_inputs_stay():
+    from exporter.advice import Reconciler
+    rec = Reconciler()
+    j = fired("retractions_frequent", "oom_decode")
+    args = {"schedule_conservativeness": 1.0, "max_running_requests": 256}
+    first = rec(j, args, {})
+    assert first == reconcile(j, args, {})
+    again = rec(j, args, {})
+    assert again == first and again is not first              # a fresh list each time
+    args["schedule_conservativeness"] = 1.5                   # same firing signals, another current value
+    assert by_flag(rec(j, args, {}))["--schedule-conservativeness"].current == 1.5
+    args["schedule_conservativeness"] = 1                     # equal to 1.0 but printed differently
+    assert by_flag(rec(j, args, {}))["--schedule-conservativeness"].current.__class__ is int
+    assert by_flag(rec(j, {"max_running_requests": 100}, {}))["--max-running-requests"].suggested == 75
+    assert by_flag(rec(j, {}, {"max_running_requests": 64}))["--max-running-requests"].current == 64
+    assert rec(fired("oom_decode"), {}, {}) == reconcile(fired("oom_decode"), {}, {})
+    assert rec(fired("gpu_headroom_low"), {"mem_fraction_static": 0.9}, {}, 2 * GIB, 80 * GIB) \
+        != rec(fired("gpu_headroom_low"), {"mem_fraction_static": 0.9}, {}, 3 * GIB, 80 * GIB)

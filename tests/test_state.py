@@ -1,28 +1,120 @@
 """State windows, rank tables and helpers."""
 from __future__ import annotations
 
-from test_signals import T0, decode
+import random
+
+from test_signals import T0, decode, memory_config, prefill
 
 from exporter.config import Config
-from exporter.state import MAX_RANKS, MAX_WINDOW_SAMPLES, HitWindow, ServerState, TimeWindow, usage_of
+from exporter.state import MAX_RANKS, MAX_WINDOW_BUCKETS, HitWindow, ServerState, TimeWindow, usage_of
+
+
+def counts(w: HitWindow, i: int = 0) -> tuple[int, int]:
+    series = w.series(i)
+    return series.total, series.hits
 
 
 def test_hit_window_counts_and_expires():
     w = HitWindow(10)
     for i in range(10):
         w.push(T0 + i, i % 2 == 0)
-    assert (w.total, w.hits) == (10, 5)
+    assert counts(w) == (10, 5)
     w.expire(T0 + 14)              # keeps samples at >= T0 + 4
-    assert (w.total, w.hits) == (6, 3)
+    assert counts(w) == (6, 3)
     w.clear()
-    assert (w.total, w.hits) == (0, 0)
+    assert counts(w) == (0, 0)
+    w.push(T0 + 30, True)
+    assert counts(w) == (1, 1)
+
+
+def test_hit_window_series_counted_together():
+    w = HitWindow(10, series=3)
+    for i in range(10):
+        b = w.bucket(T0 + i / 2)
+        b[0] += 1                  # series 0: every sample, hit on even i
+        b[1] += i % 2 == 0
+        if i >= 4:                 # series 1: samples from i = 4 on, all hits; series 2: none
+            b[2] += 1
+            b[3] += 1
+    assert [counts(w, i) for i in range(3)] == [(10, 5), (6, 6), (0, 0)]
+    w.expire(T0 + 11.9)            # edge T0 + 1.9: buckets T0 and T0 + 1 (i = 0..3) leave
+    assert [counts(w, i) for i in range(3)] == [(6, 3), (6, 6), (0, 0)]
+
+
+def test_hit_window_bucket_edges():
+    """Samples are tallied in 1-second buckets; a bucket leaves when its start is older than now - seconds."""
+    w = HitWindow(10)
+    w.push(T0 + 0.0, True)
+    w.push(T0 + 0.5, False)        # same bucket [T0, T0 + 1)
+    w.push(T0 + 1.0, True)         # next bucket
+    assert (len(w.items), *counts(w)) == (2, 3, 2)
+    w.expire(T0 + 10.0)            # edge T0: the bucket starting at T0 stays (samples at the edge count)
+    assert counts(w) == (3, 2)
+    # edge T0 + 0.2: the whole first bucket leaves, the T0 + 0.5 sample too (up to 1 s early: the granularity)
+    w.expire(T0 + 10.2)
+    assert (len(w.items), *counts(w)) == (1, 1, 1)
+    w.expire(T0 + 11.0)            # edge T0 + 1: the T0 + 1 sample is at the edge and stays
+    assert counts(w) == (1, 1)
+    w.expire(T0 + 11.001)          # the newest bucket leaves too: nothing is left
+    assert (len(w.items), *counts(w)) == (0, 0, 0)
+    w.push(T0 + 11.5, True)        # in the second of the bucket that left: a new bucket, counted from zero
+    assert (len(w.items), *counts(w)) == (1, 1, 1)
+    w.push(T0 + 20.7, True)
+    w.push(T0 + 20.2, False)       # older than the newest bucket (ranks interleave): counted in it
+    assert (len(w.items), *counts(w)) == (2, 3, 2)
+    w.expire(T0 + 30.0)            # edge T0 + 20: the T0 + 11 bucket leaves, the T0 + 20 one stays
+    assert (len(w.items), *counts(w)) == (1, 2, 1)
+
+
+def test_hit_window_running_totals_match_a_recount():
+    """The O(1) running totals against a recount of every bucket's own samples, over a random stream of
+    samples (some out of order), expiries and a clear."""
+    rng = random.Random(7)
+    w = HitWindow(30, series=2)
+    buckets: list = []            # [start, [(series, hit), ...]] kept alongside, counted the slow way
+    t = T0
+    for step in range(5000):
+        t += rng.choice((0.0, 0.1, 0.4, 1.0, 3.0, 45.0)) if step % 997 else 100.0
+        when = t - rng.choice((0.0, 0.0, 0.0, 0.3))
+        b = w.bucket(when)
+        if not buckets or buckets[-1][2] is not b:
+            buckets.append([w.starts[-1], [], b])
+        series, hit = rng.randrange(2), rng.random() < 0.3
+        b[2 * series] += 1
+        b[2 * series + 1] += hit
+        buckets[-1][1].append((series, hit))
+        if step % 7 == 0:
+            w.expire(t)
+            buckets = [x for x in buckets if x[0] >= t - 30]
+        if step == 3000:
+            w.clear()
+            buckets = []
+        for series in range(2):
+            samples = [h for x in buckets for s, h in x[1] if s == series]
+            assert counts(w, series) == (len(samples), sum(samples)), step
 
 
 def test_hit_window_bounded():
-    w = HitWindow(1e9)
-    for i in range(MAX_WINDOW_SAMPLES + 500):
+    w = HitWindow(1e9)             # a window longer than the bucket bound: the oldest buckets are dropped
+    for i in range(MAX_WINDOW_BUCKETS + 500):
         w.push(T0 + i, True)
-    assert w.total == MAX_WINDOW_SAMPLES and w.hits == MAX_WINDOW_SAMPLES
+    assert len(w.items) == MAX_WINDOW_BUCKETS
+    assert counts(w) == (MAX_WINDOW_BUCKETS, MAX_WINDOW_BUCKETS)
+
+
+def test_hit_window_memory_bounded_under_huge_rate():
+    """1000 samples a second for 400 s into a 5-minute window: memory is one bucket per second, and the
+    counts are exactly the samples of the last 300 s (no cap by sample count)."""
+    w = HitWindow(300)
+    rate = 1000
+    for s in range(400):
+        for k in range(rate):
+            w.push(T0 + s + k / rate, k % 4 == 0)
+        if s % 5 == 0:
+            w.expire(T0 + s)
+    w.expire(T0 + 399.5)
+    assert len(w.items) == 300
+    assert counts(w) == (300 * rate, 300 * rate // 4)
 
 
 def test_time_window_weight_and_count():
@@ -54,6 +146,57 @@ def test_rank_values_latest_per_rank():
     assert st.pending() == 1 + 2
     st.apply_event(decode(queue=4, running=4, dp=1, tp=2), T0 + 3)
     assert st.pending() == 1 + 2 + 4 + 4
+
+
+def _samples(st: ServerState) -> tuple:
+    return tuple(series.total for series in (*st.fraction.values(), st.graph_off))
+
+
+def test_one_sample_per_scheduler_when_every_tp_rank_prints():
+    """With tp=4 every TP rank prints the same scheduler's batch line: all four update their rank's gauges,
+    only TP0's line is a sample (per scheduler, not per rank)."""
+    st = ServerState(Config().signal_params())
+    st.apply_event(memory_config(max_running=100), T0)
+    for i in range(10):
+        for tp in range(4):
+            st.apply_event(decode(queue=i, running=10 + tp, graph=False, tp=tp), T0 + i)
+    assert _samples(st) == (10, 10, 10, 10, 10)
+    assert [st.ranks[(None, tp, None)].running for tp in range(4)] == [10, 11, 12, 13]
+    assert all(st.ranks[(None, tp, None)].queue == 9 for tp in range(4))
+
+
+def test_leader_is_the_lowest_tp_rank_seen():
+    """Joining mid-batch, TP2's line may come first: it is a sample until TP0 shows up, then only TP0's are."""
+    st = ServerState(Config().signal_params())
+    st.apply_event(decode(tp=2), T0)
+    st.apply_event(decode(tp=3), T0)
+    for i in range(1, 6):
+        for tp in (0, 1, 2, 3):
+            st.apply_event(decode(tp=tp), T0 + i)
+    assert st.fraction["queue_below_range"].total == 1 + 5
+    st.apply_event(prefill(tp=1), T0 + 7)          # prefill lines also name the leader, never a higher one
+    st.apply_event(decode(tp=1), T0 + 7)
+    assert st.fraction["queue_below_range"].total == 6
+
+
+def test_every_line_is_a_sample_without_tp_ranks_or_with_only_tp0():
+    for tp in (None, 0):
+        st = ServerState(Config().signal_params())
+        for i in range(7):
+            st.apply_event(decode(tp=tp), T0 + i)
+        assert st.fraction["queue_below_range"].total == 7
+
+
+def test_dp_attention_one_sample_per_dp_rank():
+    """DP attention, tp=8, dp=2: DP0 TP0-3 and DP1 TP4-7 print; DP0 TP0 and DP1 TP4 lead their DP ranks."""
+    st = ServerState(Config().signal_params())
+    for i in range(5):
+        for dp in (0, 1):
+            for tp in range(dp * 4, dp * 4 + 4):
+                st.apply_event(decode(queue=0 if dp else 5000, tp=tp, dp=dp), T0 + i)
+    assert st.fraction["queue_below_range"].total == 10
+    assert (st.fraction["queue_above_range"].total, st.fraction["queue_above_range"].hits) == (10, 5)
+    assert len(st.ranks) == 8
 
 
 def test_usage_of_hybrid_pools():
