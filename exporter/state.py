@@ -349,6 +349,7 @@ class ServerState:
         self.headroom_bytes = None
         self.ranks.clear()
         self._schedulers = None
+        self._leader_tp.clear()       # a restart may change the layout (dp=4 -> dp=2 moves DP1's leader to TP4)
         self.last_batch_t = None
         self.samples.clear()
 

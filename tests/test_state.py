@@ -179,6 +179,17 @@ def test_leader_is_the_lowest_tp_rank_seen():
     assert st.fraction["queue_below_range"].total == 6
 
 
+def test_leaders_are_chosen_again_after_a_restart():
+    """dp=4 tp=8 puts DP1's batch lines on TP2; restarted as dp=2 tp=8 they come from TP4 and must still count."""
+    st = ServerState(Config().signal_params())
+    st.apply_event(decode(dp=1, tp=2), T0)
+    st.apply_event(memory_config(max_running=100), T0 + 10)      # after batches: a restart
+    assert st.restarts == 1
+    for i in range(1, 4):
+        st.apply_event(decode(dp=1, tp=4), T0 + 10 + i)
+    assert st.fraction["queue_below_range"].total == 3
+
+
 def test_every_line_is_a_sample_without_tp_ranks_or_with_only_tp0():
     for tp in (None, 0):
         st = ServerState(Config().signal_params())
