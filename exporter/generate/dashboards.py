@@ -160,14 +160,16 @@ def _signal_catalog_text() -> str:
 # The panels
 
 
+def _drawn_thresholds() -> tuple:
+    """The thresholds both dashboards draw: queue band, KV usage floor, retraction rates, headroom band."""
+    return (_p("queue_below_range")["min_queue"], _p("queue_above_range")["max_queue"],
+            _p("kv_cache_underused")["min_usage"], _p("retractions_frequent")["per_minute"],
+            _p("retraction_storm")["per_minute"], _p("gpu_headroom_low")["min_bytes"],
+            _p("gpu_headroom_high")["max_bytes"])
+
+
 def overview_panels() -> list:
-    q_lo = _p("queue_below_range")["min_queue"]
-    q_hi = _p("queue_above_range")["max_queue"]
-    usage = _p("kv_cache_underused")["min_usage"]
-    r_freq = _p("retractions_frequent")["per_minute"]
-    r_storm = _p("retraction_storm")["per_minute"]
-    hr_lo = _p("gpu_headroom_low")["min_bytes"]
-    hr_hi = _p("gpu_headroom_high")["max_bytes"]
+    q_lo, q_hi, usage, r_freq, r_storm, hr_lo, hr_hi = _drawn_thresholds()
     return [
         row("Now"),
         Panel("Queue", "stat", "short", w=4, h=4,
@@ -266,13 +268,7 @@ def overview_panels() -> list:
 
 
 def detail_panels() -> list:
-    q_lo = _p("queue_below_range")["min_queue"]
-    q_hi = _p("queue_above_range")["max_queue"]
-    usage = _p("kv_cache_underused")["min_usage"]
-    r_freq = _p("retractions_frequent")["per_minute"]
-    r_storm = _p("retraction_storm")["per_minute"]
-    hr_lo = _p("gpu_headroom_low")["min_bytes"]
-    hr_hi = _p("gpu_headroom_high")["max_bytes"]
+    q_lo, q_hi, usage, r_freq, r_storm, hr_lo, hr_hi = _drawn_thresholds()
     cap = _p("concurrency_capped")
     stall = _p("stalled")["stall_seconds"]
     cuda = _p("cuda_graph_off_small_batch")
