@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 
 from exporter.ingest.containers import ContainerDecoder
 from exporter.ingest.events import Event
-from exporter.ingest.follower import Block, Line, read_blocks
+from exporter.ingest.follower import Block, read_blocks
 from exporter.ingest.grammar import Parser
 
 
@@ -19,15 +19,6 @@ class SourceParser:
         self.lines = 0
         self.bytes = 0      # approximate (decoded text + newline): for progress meters
         self.cut = 0
-
-    def feed(self, line: Line) -> list[Event]:
-        self.lines += 1
-        self.bytes += len(line.text) + 1
-        self.cut += line.cut
-        rec = self.decoder.feed(line.lineno, line.text)
-        if rec is None:
-            return []
-        return self.parser.feed(rec.text, rec.lineno, rec.time)
 
     def feed_block(self, block: Block) -> list[Event]:
         """Lines in bulk: a plain-text source goes straight to the parser, with no object per line."""
@@ -58,12 +49,6 @@ class Sources:
 
     def __init__(self):
         self.by_source: dict[str, SourceParser] = {}
-
-    def feed(self, lines: Iterable[Line]) -> list[Event]:
-        out: list[Event] = []
-        for line in lines:
-            out += self._source(line.source).feed(line)
-        return out
 
     def feed_blocks(self, blocks: Iterable[Block]) -> list[Event]:
         out: list[Event] = []
