@@ -11,7 +11,8 @@ from exporter.advice import reconcile
 from exporter.catalog import SIGNALS_BY_ID
 from exporter.config import Config
 from exporter.engine import Engine
-from exporter.ingest.pipeline import SourceParser, iter_file_events
+from exporter.ingest.events import as_event
+from exporter.ingest.pipeline import SourceParser, iter_file_item_lists
 from exporter.signals import Judgement
 from exporter.state import per_scheduler
 
@@ -109,27 +110,35 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
     first = last = last_eval = None
     lines_seen = 0
     time_only = False
+    ingest_row = engine.ingest_row
     for path in paths:
         sp = SourceParser(path)
         stats.append(sp)
-        for ev in iter_file_events(path, config.max_line_bytes, stats=sp):
-            now = ev.ts if ev.ts is not None else last
-            if now is None:
-                engine.ingest(ev, 0.0)
-                continue
-            if last is not None and now < last:
-                now = last             # lines of several ranks can interleave slightly out of order
-            if first is None:
-                first, last_eval = now, now
-                time_only = ev.time is not None and "T" not in ev.time and "-" not in ev.time
-            if now - last_eval >= step:
-                _catch_up(engine, chart, last_eval, now, step, stall)
-                last_eval = now
-            engine.ingest(ev, now)
-            last = now
-            if chart is not None and ev.kind in _MARKER_KINDS:
-                chart.markers.append({"t": now, "kind": _MARKER_KINDS[ev.kind], "line": ev.line,
-                                      "detail": ev.fields.get("phase") or ev.fields.get("component") or ""})
+        for items in iter_file_item_lists(path, config.max_line_bytes, stats=sp):
+            for item in items:
+                row = item.__class__ is tuple       # a BatchRow (events.py): most lines of a log
+                ts = item[2] if row else item.ts
+                now = ts if ts is not None else last
+                if now is None:
+                    engine.ingest(as_event(item), 0.0)
+                    continue
+                if last is not None and now < last:
+                    now = last             # lines of several ranks can interleave slightly out of order
+                if first is None:
+                    first, last_eval = now, now
+                    stamp = item[3] if row else item.time
+                    time_only = stamp is not None and "T" not in stamp and "-" not in stamp
+                if now - last_eval >= step:
+                    _catch_up(engine, chart, last_eval, now, step, stall)
+                    last_eval = now
+                last = now
+                if row:
+                    ingest_row(item, now)
+                    continue
+                engine.ingest(item, now)
+                if chart is not None and item.kind in _MARKER_KINDS:
+                    chart.markers.append({"t": now, "kind": _MARKER_KINDS[item.kind], "line": item.line,
+                                          "detail": item.fields.get("phase") or item.fields.get("component") or ""})
             if sp.lines - lines_seen >= 20000:
                 lines_seen = sp.lines
                 meter.update(min(total, sum(s.bytes for s in stats)), sum(s.lines for s in stats))

@@ -44,12 +44,26 @@ class Engine:
         self.last: Snapshot | None = None
         self._evaluate = Evaluator(self.params)
         self._reconcile = Reconciler()
-        # the hot path of `analyze` (one call per log record): the state's own method, one call less per event
+        # the hot path of `analyze` (one call per log record): the state's own methods, one call less per line
         self.ingest = self.state.apply_event
+        self.ingest_row = self.state.apply_row
 
     def ingest(self, ev: Event, now: float) -> None:
         """Apply one log event at `now` (an instance attribute bound to the state's method replaces this)."""
         self.state.apply_event(ev, now)
+
+    def ingest_row(self, row: tuple, now: float) -> None:
+        """Apply one BatchRow (events.py) at `now` (replaced by the state's method, as `ingest` is)."""
+        self.state.apply_row(row, now)
+
+    def ingest_items(self, items, now: float) -> None:
+        """Events and BatchRows, all at `now` (live mode: the time they arrived)."""
+        apply_event, apply_row = self.state.apply_event, self.state.apply_row
+        for item in items:
+            if item.__class__ is tuple:
+                apply_row(item, now)
+            else:
+                apply_event(item, now)
 
     def ingest_scrape(self, scrape, now: float) -> None:
         self.state.apply_scrape(scrape, now)

@@ -65,13 +65,12 @@ class Sidecar:
     # ------------------------------------------------------------------ feeding
     def on_lines(self, blocks) -> None:
         """Follower output (`Block`s of lines); an empty list means the logs are idle."""
-        events = self.log_sources.feed_blocks(blocks)
+        items = self.log_sources.feed_blocks(blocks)
         if not blocks:
-            events += self.log_sources.flush()    # idle: emit pending multi-line records now
+            items += self.log_sources.flush()     # idle: emit pending multi-line records now
         now = self.clock()
         with self.lock:
-            for ev in events:
-                self.engine.ingest(ev, now)
+            self.engine.ingest_items(items, now)
             self._update_log_up()
             self.caught_up = True
 

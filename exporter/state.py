@@ -36,7 +36,45 @@ class RankValues:
     usage: float | None = None
     throughput: float | None = None
     cuda_graph: bool | None = None
-    t: float = 0.0
+    unread: dict | None = None      # shape -> groups of its latest batch line not yet read (see apply_row)
+
+    def read(self) -> None:
+        """Take in the batch lines apply_row left unread: the latest of each shape, in the order they came (a
+        newer line of a shape sets everything an older one of that shape set), so the values end up as if
+        every line had been read."""
+        for shape, groups in self.unread.items():
+            queue, running, usage, throughput, graph = shape.values(groups)
+            if queue is not None:
+                self.queue = queue
+            if running is not None:
+                self.running = running
+            if usage is not None:
+                self.usage = usage
+            if throughput is not None:
+                self.throughput = throughput
+            if graph is not None:
+                self.cuda_graph = graph
+        self.unread = None
+
+
+class _Fields:
+    """The `shape` of a batch Event in apply_row: its values come from the Event's fields, as a learned shape's
+    come from its groups (events.BatchRow)."""
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def values(self, f: dict) -> tuple:
+        usage = f.get("token_usage")
+        if usage.__class__ is not float:
+            usage = usage_of(f)     # an int, or a hybrid model's pools
+        if self.kind == "decode_batch":
+            return f.get("queue_req"), f.get("running_req"), usage, f.get("gen_throughput"), f.get("cuda_graph")
+        return f.get("queue_req"), f.get("running_req"), usage, None, None
+
+
+_FIELDS = {kind: _Fields(kind) for kind in ("decode_batch", "prefill_batch")}
 
 
 class HitWindow:
@@ -190,12 +228,14 @@ class ServerState:
         self.total_gpu_bytes: float | None = None   # free memory before weights load ~ usable GPU memory
         self.model: str = ""
         self.format_family: str = ""
-        self.ranks: dict[tuple, RankValues] = {}
+        self._ranks: dict[tuple, RankValues] = {}
+        self._unread: list[RankValues] = []    # ranks with batch lines apply_row has not read yet
         self.last_batch_t: float | None = None
         self.last_progress_t: float | None = None
         self.first_t: float | None = None
         self._startup_seen: set = set()
         self._leader_tp: dict = {}     # DP rank -> the TP rank that prints its batch lines
+        self._batch_slots: dict = {}   # id(rank dict) -> _batch_slot(rank)
         self._schedulers: dict | None = None   # per_scheduler(self.ranks), until the rank table changes
         window = {sid: (SIGNALS_BY_ID[sid].window_seconds) for sid in SIGNALS_BY_ID}
         # every batch sample is judged by these five signals over one window: one HitWindow counts them all
@@ -229,63 +269,32 @@ class ServerState:
         self._last_counter: dict[str, float] = {}
         self.metrics_seen = False
 
+    @property
+    def ranks(self) -> dict[tuple, RankValues]:
+        """Latest values per rank label set, every batch line read."""
+        if self._unread:
+            self.read_all()
+        return self._ranks
+
+    def read_all(self) -> None:
+        for rv in self._unread:
+            if rv.unread:
+                rv.read()
+        self._unread.clear()
+
     # ------------------------------------------------------------------ events (logs)
     def apply_event(self, ev: Event, now: float) -> None:
+        kind, f = ev.kind, ev.fields
+        if kind == "decode_batch" or kind == "prefill_batch":
+            self.apply_row((_FIELDS[kind], f, ev.ts, ev.time, ev.rank, ev.line), now)
+            return
         if self.first_t is None:
             self.first_t = now
-        kind, f = ev.kind, ev.fields
         try:
             self.events_total[kind] += 1
         except KeyError:
             self.events_total[kind] = 1
-        if kind == "decode_batch" or kind == "prefill_batch":
-            # batch lines are nearly all of a log: handled here, without a further call
-            r = ev.rank
-            dp, tp = r.get("dp"), r.get("tp")
-            # One sample per scheduler, not per TP rank. The TP ranks of a DP rank share one scheduler, and when
-            # they all print batch lines (--enable-metrics-for-all-schedulers) they repeat its queue, running
-            # and usage: every line still updates its rank's gauges, but only the lines of the DP rank's lowest
-            # TP rank (its leader: TP0, or DP1 TP4 with DP attention and tp=8, dp=2) are tallied, so a window
-            # holds the same samples (and min_samples means the same) whatever the TP size.
-            sample = True
-            if tp is not None:
-                leaders = self._leader_tp
-                leader = leaders.get(dp)
-                if leader is None:
-                    if len(leaders) < MAX_RANKS:
-                        leaders[dp] = tp
-                    # else the table is full: every line of this DP rank is a sample (per-rank sampling)
-                elif tp < leader:
-                    leaders[dp] = tp      # a lower TP rank showed up: it leads from now on (the choice is stable)
-                elif tp != leader:
-                    sample = False
-            key = (dp, tp, r.get("pp"))
-            rv = self.ranks.get(key)
-            if rv is None:
-                rv = self._new_rank(key)
-            rv.t = now
-            queue = f.get("queue_req")
-            running = f.get("running_req")
-            usage = f.get("token_usage")
-            if usage.__class__ is not float:
-                usage = usage_of(f)     # an int, or a hybrid model's pools
-            if queue is not None:
-                rv.queue = queue
-            if running is not None:
-                rv.running = running
-            if usage is not None:
-                rv.usage = usage
-            self.last_batch_t = self.last_progress_t = now
-            if kind != "decode_batch":
-                return
-            if "gen_throughput" in f:
-                rv.throughput = f["gen_throughput"]
-            graph = None
-            if "cuda_graph" in f:
-                rv.cuda_graph = graph = f["cuda_graph"]
-            if sample:
-                self.classify(now, queue, running, usage, graph)
-        elif kind not in _STATE_KINDS:
+        if kind not in _STATE_KINDS:
             return                    # access lines, request logs, ...: counted only
         elif kind == "retraction":
             if f.get("testing"):
@@ -327,6 +336,83 @@ class ServerState:
             # warm-up batches run before the ready line, so batches alone do not mean a restart here
             self._startup_line("server_ready", now)
 
+    def apply_row(self, row: tuple, now: float) -> None:
+        """A batch line still in its learned shape (events.BatchRow): what apply_event does with its Event, without
+        building the Event. Batch lines are nearly all of a log, so this is the hot path of `analyze`. A batch
+        line updates its rank's gauges; a decode line of a DP rank's leader is also a sample."""
+        if self.first_t is None:
+            self.first_t = now
+        shape = row[0]
+        kind = shape.kind
+        try:
+            self.events_total[kind] += 1
+        except KeyError:
+            self.events_total[kind] = 1
+        rank = row[4]
+        slot = self._batch_slots.get(id(rank))
+        if slot is None or slot[0] is not rank:
+            slot = self._batch_slot(rank)
+        rv = slot[1]
+        self.last_batch_t = self.last_progress_t = now
+        if not slot[2] or kind != "decode_batch":
+            # not a sample: nothing needs its numbers before someone reads the rank (`ranks`), and by then
+            # only the latest line of each shape counts; most lines of a log end here, unread
+            unread = rv.unread
+            if unread is None:
+                rv.unread = {shape: row[1]}
+                self._unread.append(rv)
+            else:
+                unread.pop(shape, None)     # keep them in the order they came
+                unread[shape] = row[1]
+            return
+        if rv.unread:
+            rv.read()
+        queue, running, usage, throughput, graph = shape.values(row[1])
+        if queue is not None:
+            rv.queue = queue
+        if running is not None:
+            rv.running = running
+        if usage is not None:
+            rv.usage = usage
+        if throughput is not None:
+            rv.throughput = throughput
+        if graph is not None:
+            rv.cuda_graph = graph
+        self.classify(now, queue, running, usage, graph)
+
+    def _batch_slot(self, rank: dict) -> tuple:
+        """(rank, its RankValues, whether its batch lines are samples), kept per rank dict until the leaders or
+        the rank table change.
+
+        One sample per scheduler, not per TP rank. The TP ranks of a DP rank share one scheduler, and when they
+        all print batch lines (--enable-metrics-for-all-schedulers) they repeat its queue, running and usage:
+        every line still updates its rank's gauges, but only the lines of the DP rank's lowest TP rank (its
+        leader: TP0, or DP1 TP4 with DP attention and tp=8, dp=2) are tallied, so a window holds the same samples
+        (and min_samples means the same) whatever the TP size."""
+        dp, tp = rank.get("dp"), rank.get("tp")
+        sample = True
+        if tp is not None:
+            leaders = self._leader_tp
+            leader = leaders.get(dp)
+            if leader is None:
+                if len(leaders) < MAX_RANKS:
+                    leaders[dp] = tp
+                    self._batch_slots.clear()
+                # else the table is full: every line of this DP rank is a sample (per-rank sampling)
+            elif tp < leader:
+                leaders[dp] = tp      # a lower TP rank showed up: it leads from now on (the choice is stable)
+                self._batch_slots.clear()
+            elif tp != leader:
+                sample = False
+        key = (dp, tp, rank.get("pp"))
+        rv = self._ranks.get(key)
+        if rv is None:
+            rv = self._new_rank(key)
+        if len(self._batch_slots) >= 4096:
+            self._batch_slots.clear()
+        slot = self._batch_slots[id(rank)] = (rank, rv, sample)
+        return slot
+
     def _startup_line(self, kind: str, now: float, restart_if_batches: bool = False,
                       restart_if_any: bool = False) -> None:
         """A start-up line starts a new epoch when it cannot belong to the current start-up sequence."""
@@ -347,8 +433,10 @@ class ServerState:
         self.server_args = {}
         self.memory_config = {}
         self.headroom_bytes = None
-        self.ranks.clear()
+        self._ranks.clear()
+        self._unread.clear()
         self._schedulers = None
+        self._batch_slots.clear()
         self._leader_tp.clear()       # a restart may change the layout (dp=4 -> dp=2 moves DP1's leader to TP4)
         self.last_batch_t = None
         self.samples.clear()
@@ -356,10 +444,10 @@ class ServerState:
     def _new_rank(self, key: tuple) -> RankValues:
         """A slot for a rank not seen yet; past MAX_RANKS - 1 distinct ranks they share the "other" slot, so
         the table (and the exported label sets) never exceed MAX_RANKS entries."""
-        if len(self.ranks) >= MAX_RANKS - 1:
+        if len(self._ranks) >= MAX_RANKS - 1:
             key = OTHER_RANK
         self._schedulers = None
-        return self.ranks.setdefault(key, RankValues())
+        return self._ranks.setdefault(key, RankValues())
 
     def classify(self, now: float, queue, running, usage, cuda_graph) -> None:
         """Count one batch sample in every series it is judged in. The bucket's layout follows the series
@@ -398,10 +486,11 @@ class ServerState:
             self.model = scrape.model
         for key, vals in scrape.ranks.items():
             if not self.log_fed:
-                rv = self.ranks.get(key)
+                rv = self._ranks.get(key)
                 if rv is None:
                     rv = self._new_rank(key)
-                rv.t = now
+                if rv.unread:
+                    rv.read()
                 for attr in ("queue", "running", "usage", "throughput", "cuda_graph"):
                     if vals.get(attr) is not None:
                         setattr(rv, attr, vals[attr])
@@ -454,7 +543,7 @@ class ServerState:
 
     def pending(self) -> float | None:
         """Queue + running of the server, from the latest value of each scheduler; None when unknown."""
-        if not self.ranks:
+        if not self._ranks:
             return None
         return sum((rv.queue or 0) + (rv.running or 0) for rv in self.schedulers().values())
 
@@ -463,6 +552,8 @@ class ServerState:
         are updated in place, so the mapping stays current in between)."""
         if self._schedulers is None:
             self._schedulers = per_scheduler(self.ranks)
+        elif self._unread:
+            self.read_all()
         return self._schedulers
 
 

@@ -6,6 +6,8 @@ import random
 from test_signals import T0, decode, memory_config, prefill
 
 from exporter.config import Config
+from exporter.ingest.events import as_event
+from exporter.ingest.grammar import Parser
 from exporter.state import MAX_RANKS, MAX_WINDOW_BUCKETS, HitWindow, ServerState, TimeWindow, usage_of
 
 
@@ -235,3 +237,60 @@ def test_dp_attention_retractions_count_once_per_dp_rank():
             engine.ingest(Event("retraction", {"retracted_reqs": 2}, rank=rank(dp, tp)), 2.0)
     assert engine.state.retractions_total == 2
     assert engine.state.retracted_requests_total == 4
+
+
+def test_rows_read_late_give_the_state_events_give():
+    """apply_row reads a batch line's numbers only when it is a sample; other lines wait until the ranks are
+    read. Whenever the state is read, it equals the state of applying every line's Event in order (decode and
+    prefill lines of one rank interleaved, so the unread lines of two shapes must be read in order)."""
+    rng = random.Random(7)
+    lines = []
+    for i in range(600):
+        prefix = f"[2025-08-11 17:{17 + i // 60:02d}:{i % 60:02d} {rng.choice(['TP0', 'TP1', 'TP3', 'DP1 TP2'])}]"
+        if rng.random() < 0.3:
+            lines.append(f"{prefix} Prefill batch, #new-seq: 1, #new-token: {rng.randrange(999)}, #cached-token: 0, "
+                         f"token usage: 0.{rng.randrange(10, 99)}, #running-req: {rng.randrange(50)}, "
+                         f"#queue-req: {rng.randrange(300)}")
+        else:
+            lines.append(f"{prefix} Decode batch, #running-req: {rng.randrange(50)}, #token: {rng.randrange(9999)}, "
+                         f"token usage: 0.{rng.randrange(10, 99)}, cuda graph: {rng.choice(['True', 'False'])}, "
+                         f"gen throughput (token/s): {rng.randrange(999)}.{rng.randrange(10, 99)}, "
+                         f"#queue-req: {rng.randrange(300)}")
+    parser = Parser("late")
+    items = parser.feed_items(lines[:1], 1) + parser.feed_items(lines[1:], 2)
+    assert sum(item.__class__ is tuple for item in items) > 500
+    params = Config(profile="offline").signal_params()
+    late, eager = ServerState(params), ServerState(params)
+
+    def seen(st: ServerState):
+        ranks = {k: (v.queue, v.running, v.usage, v.throughput, v.cuda_graph) for k, v in st.ranks.items()}
+        return (ranks, st.pending(), dict(st.events_total), [st.samples.count(i) for i in range(10)],
+                st.last_batch_t, st.first_t)
+
+    for k, item in enumerate(items):
+        now = T0 + k
+        if item.__class__ is tuple:
+            late.apply_row(item, now)
+        else:
+            late.apply_event(item, now)
+        eager.apply_event(as_event(item), now)
+        if k % 37 == 0:
+            assert seen(late) == seen(eager)
+    assert seen(late) == seen(eager)
+
+
+def test_unread_lines_of_two_shapes_are_read_in_order():
+    """decode, prefill, decode on a non-leader rank: the last decode line's numbers win, the throughput too."""
+    def dec(q, tput, tp=1):
+        return (f"[2025-08-11 17:17:03 TP{tp}] Decode batch, #running-req: 5, #token: 9, token usage: 0.50, "
+                f"cuda graph: True, gen throughput (token/s): {tput}.00, #queue-req: {q}")
+    pre = ("[2025-08-11 17:17:03 TP1] Prefill batch, #new-seq: 1, #new-token: 6, #cached-token: 0, "
+           "token usage: 0.60, #running-req: 6, #queue-req: 2")
+    parser = Parser("order")
+    items = parser.feed_items([dec(0, 1, tp=0), pre], 1) + parser.feed_items([dec(1, 10), pre, dec(3, 30)], 3)
+    assert [i.__class__ for i in items[2:]] == [tuple] * 3
+    st = ServerState(Config(profile="offline").signal_params())
+    for item in items:
+        (st.apply_row if item.__class__ is tuple else st.apply_event)(item, T0)
+    rv = st.ranks[(None, 1, None)]
+    assert (rv.queue, rv.running, rv.usage, rv.throughput) == (3, 5, 0.5, 30.0)

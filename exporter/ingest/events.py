@@ -61,6 +61,18 @@ class Event:
                 "rank": self.rank, "fields": self.fields}
 
 
+# A BatchRow is a batch line that a parser's learned shape read (grammar.py, "Learned shapes"), before anyone
+# asked for its Event: the tuple (shape, match, ts, time, rank, line). `Parser.feed_items` returns them among
+# Events; `as_event` turns one into the Event the line stands for, and `shape.values(match)` gives the five
+# numbers the engine reads of every batch line, (queue_req, running_req, token usage, gen_throughput,
+# cuda_graph), each None when the line does not print it (throughput and graph: decode lines only).
+
+
+def as_event(item) -> Event:
+    """An Event as it is; a BatchRow as the Event of its line."""
+    return item if item.__class__ is not tuple else item[0].event(*item[1:])
+
+
 class JsonLines:
     """Event -> its JSON Lines record (docs/log-events.md), byte for byte what
     ``json.dumps(ev.to_json(), separators=(",", ":"), ensure_ascii=False, default=str)`` gives, with the parts

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import ast
 import calendar
+import operator
 import re
 from collections import Counter
 from datetime import datetime
 
-from exporter.ingest.events import EMPTY_RANK, Event
+from exporter.ingest.events import EMPTY_RANK, Event, as_event
 
 GIB = 1024 ** 3
 
@@ -142,35 +143,50 @@ def parse_batch_body(body: str, fields: dict) -> None:
 
 
 # Learned shapes. A source keeps printing its batch lines in one or two exact shapes (one SGLang version, one
-# set of options). The first batch line of a shape takes the generic splitter; the parser then compiles that
-# shape (header form, keys in order, value classes) into an exact regex and a generated build function, and
-# later lines of the shape are parsed by one regex call plus one dict literal. A line whose values leave the
-# learned classes (a negative number, "nan", odd spacing) simply does not match and takes the generic path;
-# the fields are the same either way (tests/test_grammar_properties.py checks).
+# set of options, one prefix layout). The first batch line of a shape takes the generic path; the parser then
+# compiles that whole line's shape (prefix layout, header form, keys in order, value classes) into an exact
+# regex, and later lines of the shape cost one regex call and become batch rows (events.BatchRow): the fields
+# are converted only when someone asks. A line whose values leave the learned classes (a negative number,
+# "nan", odd spacing) simply does not match and takes the generic path; the fields are the same either way
+# (tests/test_grammar_properties.py checks).
 _I = "([0-9]{1,18})"
 _F = "([0-9]{1,18}\\.[0-9]{1,18})"
 _INT_VALUE = re.compile("[0-9]{1,18}")
 _FLOAT_VALUE = re.compile("[0-9]{1,18}\\.[0-9]{1,18}")
+_DATE_TIME = "([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})"
+_HYBRID_USAGE = ("full_token_usage", "swa_token_usage", "mamba_usage", "gpu_token_usage")   # usage_of's order
 MAX_SHAPES = 8              # learned shapes per source; more are rare (the least recent one is dropped)
 MAX_FRUITLESS_LEARNING = 64  # batch lines that taught nothing new before a source stops trying
 
 
 class _Shape:
-    """A learned batch-line shape: its regex (after the prefix) and the items of the dict literal that turns
-    its groups into fields (`code`: one template per field, "{}" where the next group number goes)."""
-    __slots__ = ("key", "kind", "regex", "code", "ngroups", "sep", "has_iter", "trailing", "has_graph", "build",
-                 "family", "count")
+    """A learned batch-line shape: its regex and, per group of it, the field it fills (`convs`: field name and
+    a conversion template, "{}" where the group's index goes). `event` and `values` (see _compile_shape) read
+    the tuple of its groups, wherever the shape sits in the parser's line regex."""
+    __slots__ = ("key", "kind", "regex", "convs", "ngroups", "sep", "has_iter", "trailing", "has_graph",
+                 "has_frac", "family", "count", "rk", "first", "event", "values")
 
-    def __init__(self, key, kind, regex, code, ngroups, sep, has_iter, trailing, has_graph):
-        self.key, self.kind, self.regex, self.code, self.ngroups = key, kind, regex, code, ngroups
+    def __init__(self, key, kind, regex, convs, ngroups, sep, has_iter, trailing, has_graph, has_frac):
+        self.key, self.kind, self.regex, self.convs, self.ngroups = key, kind, regex, convs, ngroups
         self.sep, self.has_iter, self.trailing, self.has_graph = sep, has_iter, trailing, has_graph
-        self.build = None       # set per parser: group numbers depend on the shape's place in the line regex
+        self.has_frac = has_frac
         self.family = None      # the format family it implies, when that does not depend on the line
         self.count = 0          # lines parsed by it (folded into the parser's counts)
+        self.rk = 1 + has_frac  # index of its rank tags in its groups (0: "date time", 1: the fraction if any)
+        self.first = 0          # number of its first group in the parser's line regex
+        self.event = self.values = None
 
 
-def learn_shape(msg: str):
-    """The exact shape of a batch message the generic path parsed, or None when it has parts this scheme does
+def _prefix_regex(frac: str | None, ranks: str, space: bool) -> str:
+    """The exact regex of one dated SGLang prefix layout: the rank tags in their order, any numbers."""
+    tags = "".join(" " + re.sub("[0-9]+", "[0-9]+", re.escape(tag)) for tag in ranks.split())
+    return (r"\[" + _DATE_TIME + (r"[.,]([0-9]{1,6})" if frac is not None else "") + "(" + tags + r")\]"
+            + (" " if space else ""))
+
+
+def learn_shape(msg: str, frac: str | None = None, ranks: str = "", space: bool = True):
+    """The exact shape of a batch line the generic path parsed (its message, the fraction of a second and rank
+    tags of its dated prefix, whether a space follows the prefix), or None when it has parts this scheme does
     not cover (0.3.x mixed prefill, hybrid `a=1, b=2` values, keys we do not know, odd spacing)."""
     m = _BATCH_HEAD.match(msg)
     if m is None or m.group(2) is not None:
@@ -178,9 +194,10 @@ def learn_shape(msg: str):
     kind = "decode_batch" if m.group(1) == "Decode" else "prefill_batch"
     has_iter = m.group(3) is not None
     head = msg[:m.end()]
-    regex = [re.escape(head.split(" [", 1)[0]) + (r" \[" + _I + r"\]" + re.escape(head[head.index("]") + 1:])
-                                                 if has_iter else "")]
-    items = ["'forward_iter': int(g[{}])"] if has_iter else []
+    regex = [_prefix_regex(frac, ranks, space),
+             re.escape(head.split(" [", 1)[0]) + (r" \[" + _I + r"\]" + re.escape(head[head.index("]") + 1:])
+                                                  if has_iter else "")]
+    convs = [("forward_iter", "int(g[{}])")] if has_iter else []
     body = msg[m.end():]
     stripped = body.rstrip(", ")
     has_graph = False
@@ -194,7 +211,7 @@ def learn_shape(msg: str):
             if val not in ("True", "False"):
                 return None
             pieces.append(re.escape(key) + ": (True|False)")
-            items += [f"'graph_backend': {backend!r}", "'cuda_graph': g[{}] == 'True'"]
+            convs += [("graph_backend", repr(backend)), ("cuda_graph", "g[{}] == 'True'")]
             has_graph = True
             continue
         name = _BATCH_KEYS.get(key)
@@ -209,26 +226,50 @@ def learn_shape(msg: str):
         else:
             return None
         pieces.append(re.escape(key) + ": " + cls + ("%" if percent else ""))
-        items.append(f"{name!r}: {conv}")
+        convs.append((name, conv))
     regex.append(", ".join(pieces) + re.escape(body[len(stripped):]))
     text = "".join(regex)
     ngroups = re.compile(text).groups
-    key = (kind, text)
-    return _Shape(key, kind, text, items, ngroups, m.group(4), has_iter, body.endswith(", "), has_graph)
+    return _Shape((kind, text), kind, text, convs, ngroups, m.group(4), has_iter, body.endswith(", "), has_graph,
+                  frac is not None)
 
 
-def _compile_build(shape: _Shape, first_group: int):
-    """build(groups, time, ts, rank, source, line) -> the Event, its fields one dict literal with the group
-    numbers filled in (generated from constant names: one call per line, no loop)."""
-    group = iter(range(first_group, first_group + shape.ngroups))
-    items = [item.format(next(group)) if "{}" in item else item for item in shape.code]
-    namespace: dict = {"Event": Event}
-    exec(f"def build(g, t, ts, rank, source, line):\n    return Event({shape.kind!r}, {{" + ", ".join(items)
-         + "}, t, ts, rank, source, line)", namespace)  # noqa: S102 - built above
-    return namespace["build"]
+def _compile_shape(shape: _Shape, source: str) -> None:
+    """Generate the shape's `event(groups, ts, iso, rank, line)` (its Event: the fields one dict literal) and
+    `values(groups)` (the five numbers the engine reads of every batch line, see events.BatchRow), `groups`
+    being the tuple of the shape's groups: one call per line, no loop."""
+    group = iter(range(shape.rk + 1, shape.ngroups))
+    fields = {name: conv.format(next(group)) if "{}" in conv else conv for name, conv in shape.convs}
+    usage = fields.get("token_usage")
+    if usage is None:
+        hybrid = [fields[k] for k in _HYBRID_USAGE if k in fields]
+        usage = "max(" + ", ".join(hybrid) + ")" if len(hybrid) > 1 else hybrid[0] if hybrid else "None"
+    decode = shape.kind == "decode_batch"
+    values = (fields.get("queue_req", "None"), fields.get("running_req", "None"), usage,
+              fields.get("gen_throughput", "None") if decode else "None",
+              fields.get("cuda_graph", "None") if decode else "None")
+    namespace: dict = {"Event": Event, "source": source}
+    exec(f"def event(g, ts, iso, rank, line):\n    return Event({shape.kind!r}, {{"  # noqa: S102 - built above
+         + ", ".join(f"{name!r}: {conv}" for name, conv in fields.items()) + "}, iso, ts, rank, source, line)\n"
+         + "def values(g):\n    return (" + ", ".join(values) + ")\n", namespace)
+    shape.event, shape.values = namespace["event"], namespace["values"]
 
 
-_PREFIX_GROUPS = _PREFIX.groups
+# Skeletons. A line's skeleton is its bytes with every digit made "0": lines of one learned shape whose numbers
+# have the same widths share it (a tp=4 log of 200k lines has about 60 batch-line skeletons), and in a line of
+# a known skeleton every group of its shape sits at the same offsets. So the block path reads a batch line by
+# one dict lookup of its skeleton and one C call that slices out its groups, and the regex runs once per
+# skeleton. Exact: every part of a shape's regex other than [0-9] is literal, so a line whose skeleton is that
+# of a line the regex matched is matched by the regex too, with the same group offsets. Only lines that start
+# with "[" and are short enough to be batch lines get a skeleton.
+_SKELETON = bytes.maketrans(b"123456789", b"000000000")
+MAX_SKELETONS = 4096        # per source; when full the table starts afresh
+MAX_SKELETON_CHARS = 600    # longer lines (request logs) are never batch lines worth a skeleton
+
+
+def _layout(shape: _Shape, m) -> tuple:
+    """(shape, getter): getter(line) -> the shape's groups of a line of the skeleton of the line `m` matched."""
+    return shape, operator.itemgetter(*[slice(*m.span(k)) for k in range(shape.first, shape.first + shape.ngroups)])
 
 
 def split_top_level(text: str, sep: str) -> list[str]:
@@ -322,6 +363,7 @@ class Parser:
         self.format_family: str | None = None
         self._pending: _Pending | None = None
         self._date_key, self._date_ts, self._date_iso = "", 0.0, ""   # last "date time" seen (one per second)
+        self._row_time = ("", 0.0, "")   # the same, for feed_items' learned lines ("date time" with its space)
         self._rank_cache: dict[str, dict] = {"": EMPTY_RANK}
         self._day_offset = 0.0       # time-only prefixes (SGLang 0.3.0-0.3.3): add a day when the clock wraps
         self._last_tod = -1.0
@@ -330,6 +372,8 @@ class Parser:
         self._shapes: list[_Shape] = []
         self._by_marker: dict[int, _Shape] = {}
         self._line_re = _PREFIX
+        self._prefix_at = 1          # group number of the generic prefix's first group in _line_re
+        self._layouts: dict[bytes, tuple] = {}   # skeleton -> _layout(): see "Skeletons"
         self._fruitless = 0
 
     # ------------------------------------------------------------------ public API
@@ -358,39 +402,106 @@ class Parser:
 
     def feed_lines(self, texts: list[str], first: int) -> list[Event]:
         """Consecutive lines of a plain-text source (line `first` first) -> the Events they complete."""
-        out: list[Event] = []
-        feed = self._feed
-        lineno = first
+        return list(map(as_event, self.feed_items(texts, first)))
+
+    def feed_items(self, texts: list[str], first: int) -> list:
+        """`feed_lines`, except that a batch line of a learned shape stays a BatchRow (events.py): the block path
+        of `analyze`, `parse` and `serve`, where most lines are batch lines and Event objects would cost more
+        than reading them."""
+        out: list = []
+        if not self._shapes:
+            for lineno, text in enumerate(texts, first):
+                self._feed_safely(text, lineno, out, None)
+            return out
+        layouts, rank_cache = self._layouts, self._rank_cache
+        last_dt, last_ts, last_iso = self._row_time
+        last_shape = None
+        lineno = first - 1
         for text in texts:
-            try:
-                feed(text, lineno, None, out)
-            except Exception:  # noqa: BLE001 - as in feed()
-                self._pending = None
-                self.unparsed["malformed"] += 1
             lineno += 1
+            skeleton = layout = None
+            if text[:1] == "[" and len(text) <= MAX_SKELETON_CHARS:
+                try:
+                    skeleton = text.encode().translate(_SKELETON)
+                except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no skeleton
+                    pass
+                else:
+                    layout = layouts.get(skeleton)
+            if layout is None:
+                m = self._line_re.match(text)
+                sh = self._by_marker.get(m.lastindex) if m is not None else None
+                if sh is None:                  # not a learned shape's line: the generic path
+                    self._feed_safely(text, lineno, out, m)
+                    last_shape = None           # it may have set the format family, or learned a shape
+                    layouts = self._layouts
+                    continue
+                layout = _layout(sh, m)
+                if skeleton is not None:
+                    if len(layouts) >= MAX_SKELETONS:
+                        layouts.clear()
+                    layouts[skeleton] = layout
+            sh, g = layout[0], layout[1](text)
+            if self._pending is not None:
+                out += self.flush()
+            dt = g[0]
+            if dt != last_dt:
+                last_dt = dt
+                last_ts, last_iso = self._date_time(dt[:10], dt[11:])
+            ts, iso = last_ts, last_iso
+            if sh.has_frac and ts is not None:
+                frac = g[1]
+                ts += int(frac) / 10 ** len(frac)
+                iso = f"{iso}.{frac}"
+            ranks = g[sh.rk]
+            rank = rank_cache.get(ranks)
+            if rank is None:
+                rank = self._rank(ranks)
+            if sh is not last_shape:
+                last_shape = sh
+                self.format_family = sh.family or self._family(sh.sep, sh.has_iter, sh.trailing, sh.has_graph,
+                                                               False, False)
+            sh.count += 1
+            out.append((sh, g, ts, iso, rank, lineno))
+        self._row_time = last_dt, last_ts, last_iso
         return out
 
-    def _feed(self, text: str, lineno: int, container_time: str | None, out: list) -> None:
-        if not text or text.isspace():
-            p = self._pending
-            if p is not None:           # part of a multi-line record (the KV-pool OOM message ends with "\n")
-                p.lines += 1
-            else:
-                self.unparsed["empty"] += 1
-            return
-        if "\x00" in text:
-            self.unparsed["binary"] += 1
-            return
-        m = self._line_re.match(text) if text[0] == "[" else None
-        if m is None and "[" in text:
-            m = self._line_re.search(text)
+    def _feed_safely(self, text: str, lineno: int, out: list, m) -> None:
+        try:
+            self._feed(text, lineno, None, out, m)
+        except Exception:  # noqa: BLE001 - as in feed()
+            self._pending = None
+            self.unparsed["malformed"] += 1
+
+    def _feed(self, text: str, lineno: int, container_time: str | None, out: list, m=None) -> None:
+        """One line; `m`: the line regex's match at its start, when the caller has it already."""
         if m is None:
-            self._bare(text, lineno, container_time, out)
+            if not text or text.isspace():
+                p = self._pending
+                if p is not None:           # part of a multi-line record (the KV-pool OOM message ends with "\n")
+                    p.lines += 1
+                else:
+                    self.unparsed["empty"] += 1
+                return
+            if "\x00" in text:
+                self.unparsed["binary"] += 1
+                return
+            m = self._line_re.match(text) if text[0] == "[" else None
+            if m is None and "[" in text:
+                m = self._line_re.search(text)
+            if m is None:
+                self._bare(text, lineno, container_time, out)
+                return
+        elif "\x00" in text:
+            self.unparsed["binary"] += 1
             return
         if self._pending:
             out += self.flush()
-        g = m.groups()
-        date, tod, frac, ranks = g[0], g[1], g[2], g[3]
+        shape = self._by_marker.get(m.lastindex)
+        if shape is not None:      # a learned shape, found by search (a foreign prefix) or in a container record
+            self._learned_event(shape, m, lineno, container_time, out)
+            return
+        a = self._prefix_at
+        date, tod, frac, ranks = m.group(a, a + 1, a + 2, a + 3)
         if date is not None:
             key = date + tod
             if key == self._date_key:
@@ -411,17 +522,6 @@ class Parser:
         rank = self._rank_cache.get(ranks) if ranks else EMPTY_RANK
         if rank is None:
             rank = self._rank(ranks)
-        shape = self._by_marker.get(m.lastindex)
-        if shape is not None:
-            kind = shape.kind
-            family = shape.family
-            if family is None or date is None:
-                family = self._family(shape.sep, shape.has_iter, shape.trailing, shape.has_graph, date is None,
-                                      kind == "decode_batch")
-            self.format_family = family
-            shape.count += 1
-            out.append(shape.build(g, iso, ts, rank, self.source, lineno))
-            return
         msg = text[m.end():]
         ev = self._message(msg, date is None)
         if ev is None:
@@ -440,16 +540,36 @@ class Parser:
         self._recognised += 1
         self._kinds[kind] += 1
         out.append(ev)
-        if (kind == "decode_batch" or kind == "prefill_batch") and self.learning:
-            self._learn(msg)
+        if (kind == "decode_batch" or kind == "prefill_batch") and self.learning and date is not None:
+            self._learn(msg, frac, ranks, text[m.end() - 1] == " ")
 
-    def _learn(self, msg: str) -> None:
+    def _learned_event(self, shape: _Shape, m, lineno: int, container_time: str | None, out: list) -> None:
+        """The Event of a learned-shape line outside the block path: what the block path's row would become."""
+        g = m.group(*range(shape.first, shape.first + shape.ngroups))
+        dt = g[0]
+        date, tod = dt[:10], dt[11:]
+        ts, iso = (self._date_ts, self._date_iso) if date + tod == self._date_key else self._date_time(date, tod)
+        if shape.has_frac and ts is not None:
+            frac = g[1]
+            ts += int(frac) / 10 ** len(frac)
+            iso = f"{iso}.{frac}"
+        if ts is None and container_time:
+            ts, iso = _container_ts(container_time), container_time
+        ranks = g[shape.rk]
+        rank = self._rank_cache.get(ranks) or self._rank(ranks)
+        self.format_family = shape.family or self._family(shape.sep, shape.has_iter, shape.trailing,
+                                                          shape.has_graph, False, False)
+        shape.count += 1
+        out.append(shape.event(g, ts, iso, rank, lineno))
+
+    def _learn(self, msg: str, frac: str | None, ranks: str, space: bool) -> None:
         if self._fruitless >= MAX_FRUITLESS_LEARNING:
             return
-        shape = learn_shape(msg)
+        shape = learn_shape(msg, frac, ranks, space)
         if shape is None or any(s.key == shape.key for s in self._shapes):
             self._fruitless += 1
             return
+        _compile_shape(shape, self.source)
         self._shapes.append(shape)
         for old in self._shapes[:-MAX_SHAPES]:
             self._kinds[old.kind] += old.count
@@ -458,20 +578,22 @@ class Parser:
         self._compile_shapes()
 
     def _compile_shapes(self) -> None:
-        """One regex for the whole line: SGLang's prefix, then optionally one of the learned shapes to the end
-        of the line. Each shape ends in an empty marker group, so m.lastindex says which one matched; when none
-        did, m.end() is where the message starts."""
+        """One regex for the whole line: one of the learned shapes to the end of the line, or else SGLang's
+        generic prefix (its groups from group `_prefix_at`; m.end() is where the message starts). m.lastindex,
+        the last group that matched, is a shape's last group when a shape matched (`_by_marker`)."""
         alts, by_marker = [], {}
-        first = _PREFIX_GROUPS           # index in m.groups() of the shape's first group
+        first = 1
         for sh in self._shapes:
-            sh.build = _compile_build(sh, first)
-            first += sh.ngroups + 1
-            by_marker[first] = sh        # the marker's group number (1-based) == its index + 1
+            sh.first = first
+            first += sh.ngroups
+            by_marker[first - 1] = sh
             sh.family = None if sh.sep == "." and sh.kind == "prefill_batch" else \
                 self._family(sh.sep, sh.has_iter, sh.trailing, sh.has_graph, False, sh.kind == "decode_batch")
-            alts.append(sh.regex + r"\Z()")
-        self._line_re = re.compile(_PREFIX.pattern + "(?:" + "|".join(alts) + ")?")
+            alts.append(sh.regex)
+        self._prefix_at = first
+        self._line_re = re.compile("(?:" + "".join(a + r"\Z|" for a in alts) + _PREFIX.pattern + ")")
         self._by_marker = by_marker
+        self._layouts = {}     # the layouts point at these shapes: a dropped shape must not count on
 
     def flush(self) -> list[Event]:
         """Emit a pending multi-line record (call at end of input or when a source goes idle)."""

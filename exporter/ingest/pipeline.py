@@ -5,7 +5,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from exporter.ingest.containers import ContainerDecoder
-from exporter.ingest.events import Event
+from exporter.ingest.events import Event, as_event
 from exporter.ingest.follower import Block, read_blocks
 from exporter.ingest.grammar import Parser
 
@@ -21,7 +21,12 @@ class SourceParser:
         self.cut = 0
 
     def feed_block(self, block: Block) -> list[Event]:
-        """Lines in bulk: a plain-text source goes straight to the parser, with no object per line."""
+        """Lines in bulk -> the Events they complete."""
+        return list(map(as_event, self.feed_block_items(block)))
+
+    def feed_block_items(self, block: Block) -> list:
+        """Lines in bulk -> Events and BatchRows (events.py): a plain-text source goes straight to the parser,
+        with no object per line, and its learned batch lines stay rows."""
         texts = block.texts
         self.lines += len(texts)
         self.cut += block.cuts
@@ -34,7 +39,7 @@ class SourceParser:
                 out += self.parser.feed(rec.text, rec.lineno, rec.time)
             i += 1
         if i < n:
-            out += self.parser.feed_lines(texts[i:] if i else texts, block.first + i)
+            out += self.parser.feed_items(texts[i:] if i else texts, block.first + i)
         return out
 
     def flush(self) -> list[Event]:
@@ -50,10 +55,11 @@ class Sources:
     def __init__(self):
         self.by_source: dict[str, SourceParser] = {}
 
-    def feed_blocks(self, blocks: Iterable[Block]) -> list[Event]:
-        out: list[Event] = []
+    def feed_blocks(self, blocks: Iterable[Block]) -> list:
+        """Blocks of any sources -> Events and BatchRows, in order."""
+        out: list = []
         for block in blocks:
-            out += self._source(block.source).feed_block(block)
+            out += self._source(block.source).feed_block_items(block)
         return out
 
     def _source(self, source: str) -> SourceParser:
@@ -78,8 +84,20 @@ class Sources:
 def iter_file_events(path: str, max_line_bytes: int = 1 << 20, stats: SourceParser | None = None
                      ) -> Iterator[Event]:
     """Every Event of a whole file ("-" = stdin), in file order. Pass `stats` to read counts afterwards."""
+    return map(as_event, iter_file_items(path, max_line_bytes, stats))
+
+
+def iter_file_items(path: str, max_line_bytes: int = 1 << 20, stats: SourceParser | None = None) -> Iterator:
+    """`iter_file_events` with learned batch lines left as BatchRows (events.py), for the bulk readers."""
+    for items in iter_file_item_lists(path, max_line_bytes, stats):
+        yield from items
+
+
+def iter_file_item_lists(path: str, max_line_bytes: int = 1 << 20, stats: SourceParser | None = None
+                         ) -> Iterator[list]:
+    """`iter_file_items` a block at a time (one list per block read, the last one from the final flush)."""
     sp = stats or SourceParser(path)
-    feed = sp.feed_block
+    feed = sp.feed_block_items
     for block in read_blocks(path, max_line_bytes):
-        yield from feed(block)
-    yield from sp.flush()
+        yield feed(block)
+    yield sp.flush()
