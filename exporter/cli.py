@@ -44,7 +44,7 @@ def _check_input(path: str) -> str | None:
 
 def cmd_parse(args) -> int:
     from exporter.ingest.events import JsonLines
-    from exporter.ingest.pipeline import SourceParser, iter_file_events
+    from exporter.ingest.pipeline import SourceParser, iter_file_item_lists
     for path in args.files:
         problem = _check_input(path)
         if problem:
@@ -57,10 +57,11 @@ def cmd_parse(args) -> int:
         for path in args.files:
             sp = SourceParser(path)
             stats.append(sp)
-            write = out.write
-            for ev in iter_file_events(path, args.max_line_bytes, stats=sp):
-                write(dumps(ev))
-                write("\n")
+            write, row = out.write, dumps.row
+            for items in iter_file_item_lists(path, args.max_line_bytes, stats=sp):
+                if items:       # one write per block of lines; a learned batch line is written from its row
+                    write("\n".join([row(i) if i.__class__ is tuple else dumps(i) for i in items]))
+                    write("\n")
     except BrokenPipeError:
         sys.stderr.close()
         return EXIT_OK

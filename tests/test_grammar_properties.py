@@ -309,3 +309,19 @@ def test_block_path_survives_lines_no_splitter_makes():
     for a, b in zip(want, map(as_event, got)):
         _same_event(a, b)
     assert p.unparsed == generic.unparsed and p.unparsed["no_sglang_prefix"] == 1
+
+
+@SETTINGS
+@given(st.lists(_BATCH_LINE, min_size=1, max_size=30))
+def test_json_lines_writer_of_rows_equals_json_dumps(lines):
+    """parse writes a learned batch line straight from its row: byte for byte json.dumps of its Event."""
+    import json
+
+    from exporter.ingest.events import JsonLines
+    write = JsonLines()
+    dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+    p = Parser('src "quoted" é')
+    items = p.feed_items(lines, 1) + p.feed_items(lines, len(lines) + 1)
+    for item in items:
+        want = dumps(as_event(item).to_json())
+        assert (write.row(item) if item.__class__ is tuple else write(item)) == want

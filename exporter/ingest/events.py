@@ -99,6 +99,22 @@ class JsonLines:
         return (f'{{"source":{src},"line":{ev.line},"kind":"{ev.kind}","time":{self._time_json},'
                 f'"rank":{cached[1]},"fields":{self.encode(ev.fields)}}}')
 
+    def row(self, row: tuple) -> str:
+        """A BatchRow -> what __call__ gives for its Event, without building the Event."""
+        shape, groups, _, time, rank, line = row
+        src = self._sources.get(shape.source)
+        if src is None:
+            src = self._sources[shape.source] = self.encode(shape.source)
+        cached = self._ranks.get(id(rank))
+        if cached is None or cached[0] is not rank:
+            if len(self._ranks) > 4096:
+                self._ranks.clear()
+            cached = self._ranks[id(rank)] = (rank, self.encode(rank))
+        if time != self._time:
+            self._time, self._time_json = time, self.encode(time)
+        return (f'{{"source":{src},"line":{line},"kind":"{shape.kind}","time":{self._time_json},'
+                f'"rank":{cached[1]},"fields":{shape.fields_json(groups)}}}')
+
 
 def _compact_encoder():
     """json.dumps(o, separators=(",", ":"), ensure_ascii=False, default=str) as one reusable C encoder:

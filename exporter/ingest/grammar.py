@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import calendar
+import json
 import operator
 import re
 from collections import Counter
@@ -164,7 +165,7 @@ class _Shape:
     a conversion template, "{}" where the group's index goes). `event` and `values` (see _compile_shape) read
     the tuple of its groups, wherever the shape sits in the parser's line regex."""
     __slots__ = ("key", "kind", "regex", "convs", "ngroups", "sep", "has_iter", "trailing", "has_graph",
-                 "has_frac", "family", "count", "rk", "first", "event", "values")
+                 "has_frac", "family", "count", "rk", "first", "source", "event", "values", "fields_json")
 
     def __init__(self, key, kind, regex, convs, ngroups, sep, has_iter, trailing, has_graph, has_frac):
         self.key, self.kind, self.regex, self.convs, self.ngroups = key, kind, regex, convs, ngroups
@@ -174,7 +175,8 @@ class _Shape:
         self.count = 0          # lines parsed by it (folded into the parser's counts)
         self.rk = 1 + has_frac  # index of its rank tags in its groups (0: "date time", 1: the fraction if any)
         self.first = 0          # number of its first group in the parser's line regex
-        self.event = self.values = None
+        self.source = ""
+        self.event = self.values = self.fields_json = None
 
 
 def _prefix_regex(frac: str | None, ranks: str, space: bool) -> str:
@@ -235,9 +237,10 @@ def learn_shape(msg: str, frac: str | None = None, ranks: str = "", space: bool 
 
 
 def _compile_shape(shape: _Shape, source: str) -> None:
-    """Generate the shape's `event(groups, ts, iso, rank, line)` (its Event: the fields one dict literal) and
-    `values(groups)` (the five numbers the engine reads of every batch line, see events.BatchRow), `groups`
-    being the tuple of the shape's groups: one call per line, no loop."""
+    """Generate the shape's `event(groups, ts, iso, rank, line)` (its Event: the fields one dict literal),
+    `values(groups)` (the five numbers the engine reads of every batch line, see events.BatchRow) and
+    `fields_json(groups)` (that Event's fields as compact JSON, what json.dumps gives: ints as digits, floats
+    by repr, bools as true/false), `groups` being the tuple of the shape's groups: one call per line, no loop."""
     group = iter(range(shape.rk + 1, shape.ngroups))
     fields = {name: conv.format(next(group)) if "{}" in conv else conv for name, conv in shape.convs}
     usage = fields.get("token_usage")
@@ -248,11 +251,24 @@ def _compile_shape(shape: _Shape, source: str) -> None:
     values = (fields.get("queue_req", "None"), fields.get("running_req", "None"), usage,
               fields.get("gen_throughput", "None") if decode else "None",
               fields.get("cuda_graph", "None") if decode else "None")
+    template, args = [], []
+    for name, conv in fields.items():
+        if "{}" not in conv and "[" not in conv:            # a constant (graph_backend)
+            template.append(f'"{name}":' + json.dumps(ast.literal_eval(conv)).replace("%", "%%"))
+        elif conv.endswith("== 'True'"):
+            template.append(f'"{name}":%s')
+            args.append(f"('true' if {conv} else 'false')")
+        else:
+            template.append(f'"{name}":%r')                 # repr: an int's digits, a float as json.dumps
+            args.append(conv)
     namespace: dict = {"Event": Event, "source": source}
     exec(f"def event(g, ts, iso, rank, line):\n    return Event({shape.kind!r}, {{"  # noqa: S102 - built above
          + ", ".join(f"{name!r}: {conv}" for name, conv in fields.items()) + "}, iso, ts, rank, source, line)\n"
-         + "def values(g):\n    return (" + ", ".join(values) + ")\n", namespace)
-    shape.event, shape.values = namespace["event"], namespace["values"]
+         + "def values(g):\n    return (" + ", ".join(values) + ")\n"
+         + "def fields_json(g):\n    return " + repr("{" + ",".join(template) + "}") + " % (" + "".join(
+             a + ", " for a in args) + ")\n", namespace)
+    shape.source = source
+    shape.event, shape.values, shape.fields_json = namespace["event"], namespace["values"], namespace["fields_json"]
 
 
 # Skeletons. A line's skeleton is its bytes with every digit made "0": lines of one learned shape whose numbers
