@@ -325,3 +325,19 @@ def test_json_lines_writer_of_rows_equals_json_dumps(lines):
     for item in items:
         want = dumps(as_event(item).to_json())
         assert (write.row(item) if item.__class__ is tuple else write(item)) == want
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 9999), st.integers(0, 99), st.integers(0, 99), st.integers(0, 99),
+                          st.integers(0, 99), st.integers(0, 99)), min_size=1, max_size=20))
+def test_date_time_with_a_day_cache_equals_timegm(stamps):
+    """The parser reads a date's midnight once per day; the times equal calendar.timegm's, invalid dates too."""
+    import calendar
+    p = Parser("t")
+    for y, mo, d, h, mi, sec in stamps:
+        date, tod = f"{y:04d}-{mo:02d}-{d:02d}", f"{h:02d}:{mi:02d}:{sec:02d}"
+        try:
+            want = float(calendar.timegm((y, mo, d, h, mi, sec, 0, 0, 0)))
+        except (ValueError, OverflowError):
+            want = None
+        assert p._date_time(date, tod)[0] == want

@@ -379,7 +379,8 @@ class Parser:
         self.format_family: str | None = None
         self._pending: _Pending | None = None
         self._date_key, self._date_ts, self._date_iso = "", 0.0, ""   # last "date time" seen (one per second)
-        self._row_time = ("", 0.0, "")   # the same, for feed_items' learned lines ("date time" with its space)
+        self._row_time = ("", 0.0, "")
+        self._day, self._midnight = "", None    # _date_time's last date and its midnight (None: not a date)   # the same, for feed_items' learned lines ("date time" with its space)
         self._rank_cache: dict[str, dict] = {"": EMPTY_RANK}
         self._day_offset = 0.0       # time-only prefixes (SGLang 0.3.0-0.3.3): add a day when the clock wraps
         self._last_tod = -1.0
@@ -695,11 +696,15 @@ class Parser:
         return self._day_offset + sod, tod + (f".{frac}" if frac else "")
 
     def _date_time(self, date: str, tod: str):
-        try:
-            ts = float(calendar.timegm((int(date[:4]), int(date[5:7]), int(date[8:10]),
-                                        int(tod[:2]), int(tod[3:5]), int(tod[6:8]), 0, 0, 0)))
-        except (ValueError, OverflowError):
+        if date != self._day:      # timegm is linear in the time of day: the date's midnight, once per day
+            try:
+                midnight = calendar.timegm((int(date[:4]), int(date[5:7]), int(date[8:10]), 0, 0, 0, 0, 0, 0))
+            except (ValueError, OverflowError):
+                midnight = None
+            self._day, self._midnight = date, midnight
+        if self._midnight is None:
             return None, None
+        ts = float(self._midnight + int(tod[:2]) * 3600 + int(tod[3:5]) * 60 + int(tod[6:8]))
         iso = f"{date}T{tod}"
         self._date_key, self._date_ts, self._date_iso = date + tod, ts, iso
         return ts, iso
