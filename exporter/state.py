@@ -36,14 +36,14 @@ class RankValues:
     usage: float | None = None
     throughput: float | None = None
     cuda_graph: bool | None = None
-    unread: dict | None = None      # shape -> groups of its latest batch line not yet read (see apply_row)
+    unread: dict | None = None      # row shape -> its latest batch line not yet read (see apply_row)
 
     def read(self) -> None:
         """Take in the batch lines apply_row left unread: the latest of each shape, in the order they came (a
         newer line of a shape sets everything an older one of that shape set), so the values end up as if
         every line had been read."""
-        for shape, groups in self.unread.items():
-            queue, running, usage, throughput, graph = shape.values(groups)
+        for shape, line in self.unread.items():
+            queue, running, usage, throughput, graph = shape.values(line)
             if queue is not None:
                 self.queue = queue
             if running is not None:

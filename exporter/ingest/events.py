@@ -61,11 +61,12 @@ class Event:
                 "rank": self.rank, "fields": self.fields}
 
 
-# A BatchRow is a batch line that a parser's learned shape read (grammar.py, "Learned shapes"), before anyone
-# asked for its Event: the tuple (shape, match, ts, time, rank, line). `Parser.feed_items` returns them among
-# Events; `as_event` turns one into the Event the line stands for, and `shape.values(match)` gives the five
-# numbers the engine reads of every batch line, (queue_req, running_req, token usage, gen_throughput,
-# cuda_graph), each None when the line does not print it (throughput and graph: decode lines only).
+# A BatchRow is a batch line that a parser's learned shape read (grammar.py, "Learned shapes", "Skeletons"),
+# before anyone asked for its Event: the tuple (shape, text, ts, time, rank, line), `text` being the line.
+# `Parser.feed_items` returns them among Events; `as_event` turns one into the Event the line stands for,
+# `shape.values(text)` gives the five numbers the engine reads of every batch line, (queue_req, running_req,
+# token usage, gen_throughput, cuda_graph), each None when the line does not print it (throughput and graph:
+# decode lines only), and `shape.fields_json(text)` the Event's fields as JSON.
 
 
 def as_event(item) -> Event:
@@ -101,7 +102,7 @@ class JsonLines:
 
     def row(self, row: tuple) -> str:
         """A BatchRow -> what __call__ gives for its Event, without building the Event."""
-        shape, groups, _, time, rank, line = row
+        shape, text, _, time, rank, line = row
         src = self._sources.get(shape.source)
         if src is None:
             src = self._sources[shape.source] = self.encode(shape.source)
@@ -113,7 +114,7 @@ class JsonLines:
         if time != self._time:
             self._time, self._time_json = time, self.encode(time)
         return (f'{{"source":{src},"line":{line},"kind":"{shape.kind}","time":{self._time_json},'
-                f'"rank":{cached[1]},"fields":{shape.fields_json(groups)}}}')
+                f'"rank":{cached[1]},"fields":{shape.fields_json(text)}}}')
 
 
 def _compact_encoder():

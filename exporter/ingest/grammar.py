@@ -274,8 +274,7 @@ def _compile_shape(shape: _Shape, source: str) -> None:
 # Skeletons. A line's skeleton is its bytes with every digit made "0": lines of one learned shape whose numbers
 # have the same widths share it (a tp=4 log of 200k lines has about 60 batch-line skeletons), and in a line of
 # a known skeleton every group of its shape sits at the same offsets. So the block path reads a batch line by
-# one dict lookup of its skeleton and one C call that slices out its groups, and the regex runs once per
-# skeleton. Exact: every part of a shape's regex other than [0-9] is literal, so a line whose skeleton is that
+# one dict lookup of its skeleton and two slices (time, rank tags), and the regex runs once per skeleton. Exact: every part of a shape's regex other than [0-9] is literal, so a line whose skeleton is that
 # of a line the regex matched is matched by the regex too, with the same group offsets. Only lines that start
 # with "[" and are short enough to be batch lines get a skeleton.
 _SKELETON = bytes.maketrans(b"123456789", b"000000000")
@@ -283,9 +282,26 @@ MAX_SKELETONS = 4096        # per source; when full the table starts afresh
 MAX_SKELETON_CHARS = 600    # longer lines (request logs) are never batch lines worth a skeleton
 
 
-def _layout(shape: _Shape, m) -> tuple:
-    """(shape, getter): getter(line) -> the shape's groups of a line of the skeleton of the line `m` matched."""
-    return shape, operator.itemgetter(*[slice(*m.span(k)) for k in range(shape.first, shape.first + shape.ngroups)])
+class _Layout:
+    """A learned shape at the offsets of one skeleton (that of the line `m` matched): the `shape` of the
+    BatchRows of its lines (events.py), which keep their text. The parser slices out only the time and rank
+    tags; the other groups are sliced out when someone asks for the numbers, the Event or its JSON."""
+    __slots__ = ("shape", "kind", "source", "groups", "dt", "frac", "rank")
+
+    def __init__(self, shape: _Shape, m):
+        spans = [slice(*m.span(k)) for k in range(shape.first, shape.first + shape.ngroups)]
+        self.shape, self.kind, self.source = shape, shape.kind, shape.source
+        self.groups = operator.itemgetter(*spans)
+        self.dt, self.frac, self.rank = spans[0], spans[1] if shape.has_frac else None, spans[shape.rk]
+
+    def values(self, text: str) -> tuple:
+        return self.shape.values(self.groups(text))
+
+    def event(self, text: str, ts, iso, rank, line) -> Event:
+        return self.shape.event(self.groups(text), ts, iso, rank, line)
+
+    def fields_json(self, text: str) -> str:
+        return self.shape.fields_json(self.groups(text))
 
 
 def split_top_level(text: str, sep: str) -> list[str]:
@@ -390,7 +406,7 @@ class Parser:
         self._by_marker: dict[int, _Shape] = {}
         self._line_re = _PREFIX
         self._prefix_at = 1          # group number of the generic prefix's first group in _line_re
-        self._layouts: dict[bytes, tuple] = {}   # skeleton -> _layout(): see "Skeletons"
+        self._layouts: dict[bytes, _Layout] = {}   # skeleton -> its layout: see "Skeletons"
         self._fruitless = 0
 
     # ------------------------------------------------------------------ public API
@@ -452,24 +468,24 @@ class Parser:
                     last_shape = None           # it may have set the format family, or learned a shape
                     layouts = self._layouts
                     continue
-                layout = _layout(sh, m)
+                layout = _Layout(sh, m)
                 if skeleton is not None:
                     if len(layouts) >= MAX_SKELETONS:
                         layouts.clear()
                     layouts[skeleton] = layout
-            sh, g = layout[0], layout[1](text)
+            sh = layout.shape
             if self._pending is not None:
                 out += self.flush()
-            dt = g[0]
+            dt = text[layout.dt]
             if dt != last_dt:
                 last_dt = dt
                 last_ts, last_iso = self._date_time(dt[:10], dt[11:])
             ts, iso = last_ts, last_iso
-            if sh.has_frac and ts is not None:
-                frac = g[1]
+            if layout.frac is not None and ts is not None:
+                frac = text[layout.frac]
                 ts += int(frac) / 10 ** len(frac)
                 iso = f"{iso}.{frac}"
-            ranks = g[sh.rk]
+            ranks = text[layout.rank]
             rank = rank_cache.get(ranks)
             if rank is None:
                 rank = self._rank(ranks)
@@ -478,7 +494,7 @@ class Parser:
                 self.format_family = sh.family or self._family(sh.sep, sh.has_iter, sh.trailing, sh.has_graph,
                                                                False, False)
             sh.count += 1
-            out.append((sh, g, ts, iso, rank, lineno))
+            out.append((layout, text, ts, iso, rank, lineno))
         self._row_time = last_dt, last_ts, last_iso
         return out
 
