@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Instructions per log line of the exporter's bulk readers, counted by valgrind (callgrind).
+
+    python bench/instructions.py [--lines 30000] [--seed 1] [--root DIR]
+
+Wall-clock figures on a shared VM move by 20-50 % from run to run; instruction counts do not (the same input
+gives the same count to a few parts in a thousand), so this is the figure to compare two commits with
+(`--root` points at another checkout). Each reader runs twice, on the first `--lines` lines of a generated log
+and on its first 1,000; the difference divided by the difference in lines takes out interpreter start-up and
+imports. Needs valgrind (`apt-get install -y valgrind`). Slow: callgrind runs ~50x slower than native.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SMALL = 1000
+
+READERS = {
+    "read_blocks (lines only)": "from exporter.ingest.follower import read_blocks\nfor _ in read_blocks(LOG): pass",
+    "parser (iter_file_items)": "try:\n    from exporter.ingest.pipeline import iter_file_items as read\n"
+                                "except ImportError:  # a checkout before it: the Event reader\n"
+                                "    from exporter.ingest.pipeline import iter_file_events as read\n"
+                                "for _ in read(LOG): pass",
+    "parse (JSON Lines)": "import os, sys\nsys.stdout = open(os.devnull, 'w')\n"
+                          "from exporter.cli import main\nmain(['parse', LOG])",
+    "analyze (JSON)": "from exporter.analyze import analyze\nfrom exporter.config import Config\n"
+                      "analyze([LOG], Config(), progress=False)",
+}
+
+
+def instructions(root: str, code: str, log: Path, tmp: str) -> int:
+    script = f"import sys\nsys.path.insert(0, {root!r})\nLOG = {str(log)!r}\n{code}\n"
+    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
+                          sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    m = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or m is None:
+        raise SystemExit(f"callgrind failed:\n{out.stderr[-2000:]}")
+    return int(m.group(1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lines", type=int, default=30000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--root", default=str(HERE.parent), help="the checkout to measure (default: this one)")
+    a = ap.parse_args(argv)
+    if not shutil.which("valgrind"):
+        print("valgrind not installed (apt-get install -y valgrind)", file=sys.stderr)
+        return 2
+    if a.lines <= SMALL:
+        ap.error(f"--lines must be more than {SMALL}")
+    sys.path.insert(0, str(HERE))
+    import genlog
+    with tempfile.TemporaryDirectory(prefix="instructions-") as tmp:
+        big, small = Path(tmp) / "big.log", Path(tmp) / "small.log"
+        genlog.write(a.lines, str(big), seed=a.seed)
+        with open(big, encoding="utf-8") as src, open(small, "w", encoding="utf-8") as dst:
+            dst.writelines(line for _, line in zip(range(SMALL), src))
+        print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}")
+        print("| reader | instructions per line |")
+        print("|---|---|")
+        for name, code in READERS.items():
+            per_line = (instructions(a.root, code, big, tmp) - instructions(a.root, code, small, tmp)) / (
+                a.lines - SMALL)
+            print(f"| {name} | {per_line:,.0f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
