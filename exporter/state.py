@@ -1,13 +1,14 @@
 """What we know about one SGLang server: latest values per rank, start-up facts per epoch, and bounded time
 windows of the samples and events the signals judge.
 
-State changes only through `apply_event`, `apply_scrape` and `expire`; it never reads a clock. Window
-tallies are classified against the thresholds in force when the sample arrives (the profile is fixed for a
-process), so evaluation stays O(1) per signal however long the window.
+State changes only through `apply_event`, `apply_row`, `apply_scrape` and `expire`; it never reads a clock.
+Window tallies are classified against the thresholds in force when the sample arrives (the profile is fixed
+for a process), so evaluation stays O(1) per signal however long the window.
 
-Batch lines are the bulk of a log (every TP rank may print each one), so the batch path of `apply_event` and
-`classify` are the hot path of `analyze`: thresholds are read once at construction, a batch line is a sample
-once per scheduler (not per TP rank), and the sample windows are tallied in 1-second buckets.
+Batch lines are the bulk of a log (every TP rank may print each one), so `apply_row` and `classify` are the
+hot path of `analyze`: thresholds are read once at construction, a batch line is a sample once per scheduler
+(not per TP rank), the sample windows are tallied in 1-second buckets, and the numbers of a line that is not
+a sample are read only when someone reads the ranks (`ranks`, `schedulers`, `pending`).
 """
 from __future__ import annotations
 
@@ -43,18 +44,21 @@ class RankValues:
         newer line of a shape sets everything an older one of that shape set), so the values end up as if
         every line had been read."""
         for shape, line in self.unread.items():
-            queue, running, usage, throughput, graph = shape.values(line)
-            if queue is not None:
-                self.queue = queue
-            if running is not None:
-                self.running = running
-            if usage is not None:
-                self.usage = usage
-            if throughput is not None:
-                self.throughput = throughput
-            if graph is not None:
-                self.cuda_graph = graph
+            self.take(*shape.values(line))
         self.unread = None
+
+    def take(self, queue, running, usage, throughput, graph) -> None:
+        """A batch line's numbers (None: the line does not print it, the last value stands)."""
+        if queue is not None:
+            self.queue = queue
+        if running is not None:
+            self.running = running
+        if usage is not None:
+            self.usage = usage
+        if throughput is not None:
+            self.throughput = throughput
+        if graph is not None:
+            self.cuda_graph = graph
 
 
 class _Fields:
@@ -368,16 +372,7 @@ class ServerState:
         if rv.unread:
             rv.read()
         queue, running, usage, throughput, graph = shape.values(row[1])
-        if queue is not None:
-            rv.queue = queue
-        if running is not None:
-            rv.running = running
-        if usage is not None:
-            rv.usage = usage
-        if throughput is not None:
-            rv.throughput = throughput
-        if graph is not None:
-            rv.cuda_graph = graph
+        rv.take(queue, running, usage, throughput, graph)
         self.classify(now, queue, running, usage, graph)
 
     def _batch_slot(self, rank: dict) -> tuple:

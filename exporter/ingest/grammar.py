@@ -146,8 +146,8 @@ def parse_batch_body(body: str, fields: dict) -> None:
 # Learned shapes. A source keeps printing its batch lines in one or two exact shapes (one SGLang version, one
 # set of options, one prefix layout). The first batch line of a shape takes the generic path; the parser then
 # compiles that whole line's shape (prefix layout, header form, keys in order, value classes) into an exact
-# regex, and later lines of the shape cost one regex call and become batch rows (events.BatchRow): the fields
-# are converted only when someone asks. A line whose values leave the learned classes (a negative number,
+# regex, and later lines of the shape become batch rows (events.BatchRow; read by skeleton, see below): the
+# fields are converted only when someone asks. A line whose values leave the learned classes (a negative number,
 # "nan", odd spacing) simply does not match and takes the generic path; the fields are the same either way
 # (tests/test_grammar_properties.py checks).
 _I = "([0-9]{1,18})"
@@ -274,9 +274,10 @@ def _compile_shape(shape: _Shape, source: str) -> None:
 # Skeletons. A line's skeleton is its bytes with every digit made "0": lines of one learned shape whose numbers
 # have the same widths share it (a tp=4 log of 200k lines has about 60 batch-line skeletons), and in a line of
 # a known skeleton every group of its shape sits at the same offsets. So the block path reads a batch line by
-# one dict lookup of its skeleton and two slices (time, rank tags), and the regex runs once per skeleton. Exact: every part of a shape's regex other than [0-9] is literal, so a line whose skeleton is that
-# of a line the regex matched is matched by the regex too, with the same group offsets. Only lines that start
-# with "[" and are short enough to be batch lines get a skeleton.
+# one dict lookup of its skeleton and two slices (time, rank tags), and the regex runs once per skeleton.
+# Exact: every part of a shape's regex other than [0-9] is literal, so a line whose skeleton is that of a line
+# the regex matched is matched by the regex too, with the same group offsets. Only lines that start with "["
+# and are short enough to be batch lines get a skeleton.
 _SKELETON = bytes.maketrans(b"123456789", b"000000000")
 MAX_SKELETONS = 4096        # per source; when full the table starts afresh
 MAX_SKELETON_CHARS = 600    # longer lines (request logs) are never batch lines worth a skeleton
@@ -395,8 +396,8 @@ class Parser:
         self.format_family: str | None = None
         self._pending: _Pending | None = None
         self._date_key, self._date_ts, self._date_iso = "", 0.0, ""   # last "date time" seen (one per second)
-        self._row_time = ("", 0.0, "")
-        self._day, self._midnight = "", None    # _date_time's last date and its midnight (None: not a date)   # the same, for feed_items' learned lines ("date time" with its space)
+        self._row_time = ("", 0.0, "")   # the same, for feed_items' learned lines ("date time" with its space)
+        self._day, self._midnight = "", None    # _date_time's last date and its midnight (None: not a date)
         self._rank_cache: dict[str, dict] = {"": EMPTY_RANK}
         self._day_offset = 0.0       # time-only prefixes (SGLang 0.3.0-0.3.3): add a day when the clock wraps
         self._last_tod = -1.0

@@ -20,10 +20,6 @@ class SourceParser:
         self.bytes = 0      # approximate (decoded text + newline): for progress meters
         self.cut = 0
 
-    def feed_block(self, block: Block) -> list[Event]:
-        """Lines in bulk -> the Events they complete."""
-        return list(map(as_event, self.feed_block_items(block)))
-
     def feed_block_items(self, block: Block) -> list:
         """Lines in bulk -> Events and BatchRows (events.py): a plain-text source goes straight to the parser,
         with no object per line, and its learned batch lines stay rows."""
