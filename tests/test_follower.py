@@ -130,13 +130,9 @@ MODES = ["rename", "rename_poll_between", "copytruncate", "truncate", "delete_re
 ROTATE_AT = (70, 140)   # segments of 70, 70 and 60 lines: the second has the first's size (fingerprint case)
 
 
-# poll-every-61: many writes (and a rotation) between two polls, but at most one rotation per poll interval;
-# two rotations without a poll in between skip the middle file (test_two_rotations_between_polls_...).
-@pytest.mark.parametrize("poll_every", [1, 4, 61], ids=["poll-each-write", "poll-every-4", "poll-every-61"])
-@pytest.mark.parametrize("pieces", [1, 3], ids=["whole-lines", "lines-in-3-writes"])
-@pytest.mark.parametrize("mode", MODES)
-def test_rotation_matrix_every_line_once_in_order(tmp_path, mode, pieces, poll_every):
-    n = 200
+def _poll_every(poll_every: int):
+    """(lines got, box for the follower under test, poll(), on_write()): on_write polls every poll_every-th
+    write, so a matrix case polls between the pieces of a rotation as often or as seldom as it says."""
     got: list[Line] = []
     box: dict = {}
     writes = [0]
@@ -149,6 +145,17 @@ def test_rotation_matrix_every_line_once_in_order(tmp_path, mode, pieces, poll_e
         if writes[0] % poll_every == 0:
             poll()
 
+    return got, box, poll, on_write
+
+
+# poll-every-61: many writes (and a rotation) between two polls, but at most one rotation per poll interval;
+# two rotations without a poll in between skip the middle file (test_two_rotations_between_polls_...).
+@pytest.mark.parametrize("poll_every", [1, 4, 61], ids=["poll-each-write", "poll-every-4", "poll-every-61"])
+@pytest.mark.parametrize("pieces", [1, 3], ids=["whole-lines", "lines-in-3-writes"])
+@pytest.mark.parametrize("mode", MODES)
+def test_rotation_matrix_every_line_once_in_order(tmp_path, mode, pieces, poll_every):
+    n = 200
+    got, box, poll, on_write = _poll_every(poll_every)
     w = LogWriter(tmp_path, mode, pieces, on_write, poll)
     f = box["f"] = Follower([str(w.path)], from_start=True)
     poll()
@@ -176,18 +183,7 @@ def test_rotation_matrix_every_line_once_in_order(tmp_path, mode, pieces, poll_e
 @pytest.mark.parametrize("pieces", [1, 2])
 def test_rotation_matrix_cri_partials_through_decoder(tmp_path, pieces, poll_every):
     """CRI logical lines split into P/P/F physical lines, with rename rotations between them."""
-    got: list[Line] = []
-    box: dict = {}
-    writes = [0]
-
-    def poll():
-        got.extend(box["f"].poll())
-
-    def on_write():
-        writes[0] += 1
-        if writes[0] % poll_every == 0:
-            poll()
-
+    got, box, poll, on_write = _poll_every(poll_every)
     w = LogWriter(tmp_path, "rename", pieces, on_write, poll)
     f = box["f"] = Follower([str(w.path)], from_start=True)
     poll()
