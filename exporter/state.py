@@ -548,7 +548,13 @@ class ServerState:
         if self._schedulers is None:
             self._schedulers = per_scheduler(self.ranks)
         elif self._unread:
-            self.read_all()
+            # only these ranks' lines: the others wait until someone reads `ranks` (the stalled signal reads
+            # this at every evaluation, and reading every TP rank's lines each time cost as much as the rest)
+            for rv in self._schedulers.values():
+                if rv.unread:
+                    rv.read()
+            if len(self._unread) > 4 * MAX_RANKS:   # a rank read here comes back to the list with its next line
+                self._unread = list({id(rv): rv for rv in self._unread if rv.unread}.values())
         return self._schedulers
 
 

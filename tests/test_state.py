@@ -274,9 +274,38 @@ def test_rows_read_late_give_the_state_events_give():
         else:
             late.apply_event(item, now)
         eager.apply_event(as_event(item), now)
+        if k % 7 == 0:      # what an evaluation reads: the schedulers' lines only, the others stay unread
+            assert late.pending() == eager.pending()
+            assert {d: rv.queue for d, rv in late.schedulers().items()} == \
+                {d: rv.queue for d, rv in eager.schedulers().items()}
         if k % 37 == 0:
             assert seen(late) == seen(eager)
     assert seen(late) == seen(eager)
+
+
+def test_reading_the_schedulers_leaves_other_ranks_unread_and_the_list_bounded():
+    """schedulers() (every evaluation) reads the leaders' lines only; the list of ranks waiting to be read stays
+    bounded however often that happens, and `ranks` still reads every line."""
+    def dec(tp, q):
+        return (f"[2025-08-11 17:17:03 TP{tp}] Decode batch, #running-req: 5, #token: 9, token usage: 0.50, "
+                f"cuda graph: True, gen throughput (token/s): 1.00, #queue-req: {q}")
+
+    def pre(tp, q):     # not a sample, even on the leader: it waits unread like any other rank's line
+        return (f"[2025-08-11 17:17:03 TP{tp}] Prefill batch, #new-seq: 1, #new-token: 6, #cached-token: 0, "
+                f"token usage: 0.60, #running-req: 6, #queue-req: {q}")
+    parser = Parser("leaders")
+    items = parser.feed_items([dec(0, 0), dec(1, 0), pre(0, 0)], 1)
+    st = ServerState(Config(profile="offline").signal_params())
+    for item in items:
+        st.apply_row(item, T0) if item.__class__ is tuple else st.apply_event(item, T0)
+    st.ranks
+    for k in range(3000):
+        for item in parser.feed_items([dec(0, k), dec(1, 10_000 + k), pre(0, 20_000 + k)], 4 + 3 * k):
+            st.apply_row(item, T0 + k)
+        assert st.schedulers()[None].queue == 20_000 + k    # the leader's prefill line came last
+        assert len(st._unread) <= 4 * MAX_RANKS + 2
+    assert st._ranks[(None, 1, None)].unread            # TP1's latest line is still unread ...
+    assert st.ranks[(None, 1, None)].queue == 12_999    # ... and read when someone reads the ranks
 
 
 def test_unread_lines_of_two_shapes_are_read_in_order():
