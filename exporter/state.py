@@ -233,7 +233,7 @@ class ServerState:
         self.model: str = ""
         self.format_family: str = ""
         self._ranks: dict[tuple, RankValues] = {}
-        self._unread: list[RankValues] = []    # ranks that may hold lines apply_row left unread (read_all skips the rest)
+        self._unread: list[RankValues] = []    # ranks that may hold unread lines (read_all skips the rest)
         self.last_batch_t: float | None = None
         self.last_progress_t: float | None = None
         self.first_t: float | None = None
