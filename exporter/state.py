@@ -236,7 +236,6 @@ class ServerState:
         self._unread: list[RankValues] = []    # ranks that may hold unread lines (read_all skips the rest)
         self.last_batch_t: float | None = None
         self.last_progress_t: float | None = None
-        self.first_t: float | None = None
         self._startup_seen: set = set()
         self._leader_tp: dict = {}     # DP rank -> the TP rank that prints its batch lines
         self._batch_slots: dict = {}   # id(rank dict) -> _batch_slot(rank)
@@ -292,8 +291,6 @@ class ServerState:
         if kind == "decode_batch" or kind == "prefill_batch":
             self.apply_row((_FIELDS[kind], f, ev.ts, ev.time, ev.rank, ev.line), now)
             return
-        if self.first_t is None:
-            self.first_t = now
         try:
             self.events_total[kind] += 1
         except KeyError:
@@ -344,8 +341,6 @@ class ServerState:
         """A batch line still in its learned shape (events.BatchRow): what apply_event does with its Event, without
         building the Event. Batch lines are nearly all of a log, so this is the hot path of `analyze`. A batch
         line updates its rank's gauges; a decode line of a DP rank's leader is also a sample."""
-        if self.first_t is None:
-            self.first_t = now
         shape = row[0]
         kind = shape.kind
         try:
@@ -474,8 +469,6 @@ class ServerState:
     # ------------------------------------------------------------------ scrapes (/metrics)
     def apply_scrape(self, scrape, now: float) -> None:
         """Fold one successful scrape of SGLang's /metrics (exporter.scrape.ScrapeResult) into state."""
-        if self.first_t is None:
-            self.first_t = now
         self.metrics_seen = True
         if scrape.model and not self.model:
             self.model = scrape.model

@@ -265,7 +265,7 @@ def test_rows_read_late_give_the_state_events_give():
     def seen(st: ServerState):
         ranks = {k: (v.queue, v.running, v.usage, v.throughput, v.cuda_graph) for k, v in st.ranks.items()}
         return (ranks, st.pending(), dict(st.events_total), [st.samples.count(i) for i in range(10)],
-                st.last_batch_t, st.first_t)
+                st.last_batch_t)
 
     for k, item in enumerate(items):
         now = T0 + k
