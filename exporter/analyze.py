@@ -116,7 +116,7 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
         stats.append(sp)
         for items in iter_file_item_lists(path, config.max_line_bytes, stats=sp):
             for item in items:
-                row = item.__class__ is tuple       # a BatchRow (events.py): most lines of a log
+                row = item.__class__ is tuple       # a Row (events.py): most lines of a log
                 ts = item[2] if row else item.ts
                 now = ts if ts is not None else last
                 if now is None:

@@ -53,11 +53,11 @@ class Engine:
         self.state.apply_event(ev, now)
 
     def ingest_row(self, row: tuple, now: float) -> None:
-        """Apply one BatchRow (events.py) at `now` (replaced by the state's method, as `ingest` is)."""
+        """Apply one Row (events.py) at `now` (replaced by the state's method, as `ingest` is)."""
         self.state.apply_row(row, now)
 
     def ingest_items(self, items, now: float) -> None:
-        """Events and BatchRows, all at `now` (live mode: the time they arrived)."""
+        """Events and rows, all at `now` (live mode: the time they arrived)."""
         apply_event, apply_row = self.state.apply_event, self.state.apply_row
         for item in items:
             if item.__class__ is tuple:

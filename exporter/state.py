@@ -63,8 +63,9 @@ class RankValues:
 
 class _Fields:
     """The `shape` of a batch Event in apply_row: its values come from the Event's fields, as a learned shape's
-    come from its groups (events.BatchRow)."""
+    come from its groups (events.Row)."""
     __slots__ = ("kind",)
+    batch = True
 
     def __init__(self, kind: str):
         self.kind = kind
@@ -338,15 +339,18 @@ class ServerState:
             self._startup_line("server_ready", now)
 
     def apply_row(self, row: tuple, now: float) -> None:
-        """A batch line still in its learned shape (events.BatchRow): what apply_event does with its Event, without
+        """A line still in its learned layout (events.Row): what apply_event does with its Event, without
         building the Event. Batch lines are nearly all of a log, so this is the hot path of `analyze`. A batch
-        line updates its rank's gauges; a decode line of a DP rank's leader is also a sample."""
+        line updates its rank's gauges; a decode line of a DP rank's leader is also a sample. An access line or
+        request log is only counted."""
         shape = row[0]
         kind = shape.kind
         try:
             self.events_total[kind] += 1
         except KeyError:
             self.events_total[kind] = 1
+        if not shape.batch:
+            return                    # an access line or request log read by its layout: counted only
         rank = row[4]
         slot = self._batch_slots.get(id(rank))
         if slot is None or slot[0] is not rank:

@@ -259,8 +259,30 @@ _BATCH_LINE = st.builds(
     st.sampled_from(["10.00", "2133.20", "0.5"]), st.sampled_from(["", ", "]))
 
 
+# Access lines and request logs (read by the skeleton of the whole line / of its head once one was seen):
+# same widths with other digits, a rid near and past the head, quotes and NUL bytes after the head, a prefix
+# too long for the head, time-only prefixes (not read by layout).
+_LINE_PREFIX = st.sampled_from(["[2025-08-11 17:17:03] ", "[2025-08-11 17:17:04] ", "[2025-08-11 17:17:03.25] ",
+                                "[2025-08-11 17:17:03 DP1] ", "[2025-13-45 17:17:03] ", "[17:17:03] ",
+                                "[2025-08-11 17:17:03 DP1 PP2 ATTN_CP3 MOE_DP4 TP5 EP6] ", "[2025-08-11 17:17:03]"])
+_ACCESS_LINE = st.builds(
+    lambda prefix, port, method, path, status, tail: (
+        f'{prefix}INFO:     127.0.0.1:{port} - "{method} {path} HTTP/1.1" {status} {tail}'),
+    _LINE_PREFIX, st.integers(1000, 65535), st.sampled_from(["GET", "POST", "G\x00T"]),
+    st.sampled_from(["/metrics", "/generate", "/v1/chat/completions", "/a b"]), st.sampled_from([200, 404, 503]),
+    st.sampled_from(["OK", "Not Found", "", "é"]))
+_REQUEST_LINE = st.builds(
+    lambda prefix, phase, rid, pad, tail: (
+        f"{prefix}{phase}: obj=GenerateReqInput({pad}rid={rid}, text='hi'){tail}"),
+    _LINE_PREFIX, st.sampled_from(["Receive", "Finish", "Receiv"]),
+    st.sampled_from(["'cc22af58be65'", "'0'", "abc-12", "''", "'x\\'y'"]),
+    st.sampled_from(["", "received_time=1754932237.587228, ", "x" * 700, "y" * 4100]),
+    st.sampled_from(["", " \x00", " 'q'", " ¤\ud800"]))
+
+
 @SETTINGS
-@given(st.lists(st.one_of(_BATCH_LINE, _BATCH_LINE, _BATCH_LINE, texts), min_size=1, max_size=60),
+@given(st.lists(st.one_of(_BATCH_LINE, _BATCH_LINE, _BATCH_LINE, _ACCESS_LINE, _REQUEST_LINE, texts),
+                min_size=1, max_size=60),
        st.integers(1, 25))
 def test_block_path_equals_the_generic_path(lines, block):
     """feed_items in blocks (rows read by skeletons, turned into Events) gives exactly what the generic path
@@ -296,6 +318,36 @@ def test_block_path_reads_batch_lines_by_skeleton():
         assert row[4]["tp"] == i % 4 and row[5] == i + 1 and row[3] == f"2025-08-11T17:17:0{i}"
 
 
+def test_block_path_reads_access_and_request_lines_by_layout():
+    """Once an access line and a request log were read, lines of the same key are rows (no regex, no Event
+    until asked for), with the rid, client and status of their own text; a NUL byte past the head still makes
+    a request log binary, and a time-only prefix keeps the generic path."""
+    p, generic = Parser("req"), Parser("req")
+    generic.learning = False
+    batch = "[2025-08-11 17:17:03 TP0] Decode batch, #running-req: 1, #queue-req: 0, token usage: 0.50"
+    pad = "x" * 700
+
+    def req(phase, rid, sec=3, tail=""):
+        return f"[2025-08-11 17:17:0{sec}] {phase}: obj=GenerateReqInput({pad}, rid='{rid}'){tail}"
+
+    def acc(port, status):
+        return f'[2025-08-11 17:17:05] INFO:     127.0.0.1:{port} - "GET /metrics HTTP/1.1" {status} OK'
+    first = [batch, req("Receive", "aa"), req("Finish", "aa"), acc(40000, 200)]
+    later = [req("Receive", "bb", 4), req("Finish", "c9", 7), acc(51234, 503), req("Receive", "dd", tail=" \x00"),
+             "[17:17:03] Receive: obj=x, rid='ee'", req("Receive", "ff" + "é" * 30)]
+    got = p.feed_items(first[:1], 1) + p.feed_items(first[1:], 2) + p.feed_items(later, 5)   # learns, then reads
+    rows = [item for item in got[4:] if item.__class__ is tuple]
+    assert len(rows) == 4 and [r[0].kind for r in rows] == ["request_log"] * 2 + ["http_access", "request_log"]
+    want = [ev for n, text in enumerate(first + later, 1) for ev in generic.feed(text, n)]
+    assert len(got) == len(want) == 9 and generic.unparsed["binary"] == p.unparsed["binary"] == 1
+    for a, b in zip(want, map(as_event, got)):
+        _same_event(a, b)
+    assert as_event(rows[1]).fields == {"phase": "finish", "rid": "c9"}
+    assert as_event(rows[2]).fields == {"client": "127.0.0.1:51234", "method": "GET", "path": "/metrics",
+                                        "status": 503}
+    assert p.kinds == generic.kinds and p.recognised == generic.recognised
+
+
 def test_block_path_survives_lines_no_splitter_makes():
     """Lines holding a newline or a lone surrogate (only a caller of the API can pass them) take the
     generic path and never raise."""
@@ -312,7 +364,7 @@ def test_block_path_survives_lines_no_splitter_makes():
 
 
 @SETTINGS
-@given(st.lists(_BATCH_LINE, min_size=1, max_size=30))
+@given(st.lists(st.one_of(_BATCH_LINE, _ACCESS_LINE, _REQUEST_LINE), min_size=1, max_size=30))
 def test_json_lines_writer_of_rows_equals_json_dumps(lines):
     """parse writes a learned batch line straight from its row: byte for byte json.dumps of its Event."""
     import json

@@ -61,16 +61,18 @@ class Event:
                 "rank": self.rank, "fields": self.fields}
 
 
-# A BatchRow is a batch line that a parser's learned shape read (grammar.py, "Learned shapes", "Skeletons"),
-# before anyone asked for its Event: the tuple (shape, text, ts, time, rank, line), `text` being the line.
+# A Row is a line that a parser's learned layout read (grammar.py, "Learned shapes", "Skeletons", _EventLayout),
+# before anyone asked for its Event: the tuple (layout, text, ts, time, rank, line), `text` being the line.
 # `Parser.feed_items` returns them among Events; `as_event` turns one into the Event the line stands for,
-# `shape.values(text)` gives the five numbers the engine reads of every batch line, (queue_req, running_req,
-# token usage, gen_throughput, cuda_graph), each None when the line does not print it (throughput and graph:
-# decode lines only), and `shape.fields_json(text)` the Event's fields as JSON.
+# `layout.kind` is that Event's kind and `layout.fields_json(text)` its fields as JSON. Most rows are batch
+# lines (`layout.batch`): `layout.values(text)` gives the five numbers the engine reads of every batch line,
+# (queue_req, running_req, token usage, gen_throughput, cuda_graph), each None when the line does not print it
+# (throughput and graph: decode lines only). The others are access lines and request logs, which the engine
+# only counts.
 
 
 def as_event(item) -> Event:
-    """An Event as it is; a BatchRow as the Event of its line."""
+    """An Event as it is; a Row as the Event of its line."""
     return item if item.__class__ is not tuple else item[0].event(*item[1:])
 
 
@@ -101,7 +103,7 @@ class JsonLines:
                 f'"rank":{cached[1]},"fields":{self.encode(ev.fields)}}}')
 
     def row(self, row: tuple) -> str:
-        """A BatchRow -> what __call__ gives for its Event, without building the Event."""
+        """A Row -> what __call__ gives for its Event, without building the Event."""
         shape, text, _, time, rank, line = row
         src = self._sources.get(shape.source)
         if src is None:

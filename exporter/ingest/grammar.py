@@ -146,7 +146,7 @@ def parse_batch_body(body: str, fields: dict) -> None:
 # Learned shapes. A source keeps printing its batch lines in one or two exact shapes (one SGLang version, one
 # set of options, one prefix layout). The first batch line of a shape takes the generic path; the parser then
 # compiles that whole line's shape (prefix layout, header form, keys in order, value classes) into an exact
-# regex, and later lines of the shape become batch rows (events.BatchRow; read by skeleton, see below): the
+# regex, and later lines of the shape become batch rows (events.Row; read by skeleton, see below): the
 # fields are converted only when someone asks. A line whose values leave the learned classes (a negative number,
 # "nan", odd spacing) simply does not match and takes the generic path; the fields are the same either way
 # (tests/test_grammar_properties.py checks).
@@ -238,7 +238,7 @@ def learn_shape(msg: str, frac: str | None = None, ranks: str = "", space: bool 
 
 def _compile_shape(shape: _Shape, source: str) -> None:
     """Generate the shape's `event(groups, ts, iso, rank, line)` (its Event: the fields one dict literal),
-    `values(groups)` (the five numbers the engine reads of every batch line, see events.BatchRow) and
+    `values(groups)` (the five numbers the engine reads of every batch line, see events.Row) and
     `fields_json(groups)` (that Event's fields as compact JSON, what json.dumps gives: ints as digits, floats
     by repr, bools as true/false), `groups` being the tuple of the shape's groups: one call per line, no loop."""
     group = iter(range(shape.rk + 1, shape.ngroups))
@@ -281,13 +281,15 @@ def _compile_shape(shape: _Shape, source: str) -> None:
 _SKELETON = bytes.maketrans(b"123456789", b"000000000")
 MAX_SKELETONS = 4096        # per source; when full the table starts afresh
 MAX_SKELETON_CHARS = 600    # longer lines (request logs) are never batch lines worth a skeleton
+HEAD_CHARS = 64             # a request-log line is known by the skeleton of its head (see _EventLayout)
 
 
 class _Layout:
     """A learned shape at the offsets of one skeleton (that of the line `m` matched): the `shape` of the
-    BatchRows of its lines (events.py), which keep their text. The parser slices out only the time and rank
+    rows of its lines (events.py), which keep their text. The parser slices out only the time and rank
     tags; the other groups are sliced out when someone asks for the numbers, the Event or its JSON."""
     __slots__ = ("shape", "kind", "source", "groups", "dt", "frac", "rank")
+    batch = True                # its rows are batch lines (the engine reads their numbers)
 
     def __init__(self, shape: _Shape, m):
         spans = [slice(*m.span(k)) for k in range(shape.first, shape.first + shape.ngroups)]
@@ -303,6 +305,65 @@ class _Layout:
 
     def fields_json(self, text: str) -> str:
         return self.shape.fields_json(self.groups(text))
+
+
+class _Tally:
+    """What a learned shape is to the parser's counts, for the lines of the _EventLayouts of one kind."""
+    __slots__ = ("kind", "count")
+    batch = False
+
+    def __init__(self, kind: str):
+        self.kind, self.count = kind, 0
+
+
+_FIELDS_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode   # = JsonLines' encoding
+
+
+class _EventLayout:
+    """The layout of a frequent line that is not a batch line, learned from a line the generic path read. Its
+    lines become rows too (events.Row, `batch` False: the engine only counts them), so bulk readers skip
+    the generic path's regexes and Event; the Event is built when someone asks. Two kinds, each found by a key
+    that decides everything the generic path decides about the line (its regexes treat every digit alike, so
+    lines of one skeleton take the same branches and have their groups at the same offsets):
+    - uvicorn access lines (`INFO:     127.0.0.1:40000 - "GET /metrics HTTP/1.1" 200 OK`): by their skeleton,
+      as batch lines are;
+    - --log-requests lines (`Receive: obj=...` / `Finish: obj=...`, 400-900 characters, a hex rid that makes
+      every skeleton new): by the skeleton of their first HEAD_CHARS characters, which hold the whole prefix and
+      the message's first word, and only without a NUL byte (the generic path calls those binary); the rid
+      is searched for when the Event is built, as the generic path searches for it.
+    Dated prefixes only (a time-only prefix's day count is the generic path's state), and learned on the block
+    path, which starts with a source's first learned batch shape."""
+    __slots__ = ("shape", "kind", "source", "dt", "frac", "rank", "msg", "phase", "groups")
+    batch = False
+
+    def __init__(self, tally: _Tally, source: str, m, a: int, access=None):
+        self.shape, self.kind, self.source = tally, tally.kind, source
+        self.dt = slice(m.start(a), m.end(a + 1))       # "date time", as a batch layout's first group
+        self.frac = slice(*m.span(a + 2)) if m.group(a + 2) is not None else None
+        self.rank = slice(*m.span(a + 3))
+        self.msg = m.end()
+        self.phase = ("receive" if m.string[self.msg] == "R" else "finish") if access is None else None
+        self.groups = None if access is None else operator.itemgetter(*(slice(*access.span(k)) for k in range(1, 5)))
+
+    def fields(self, text: str) -> dict:
+        if self.groups is None:
+            r = _RID.search(text, self.msg, self.msg + 4000)
+            return {"phase": self.phase, "rid": (r.group(1) or r.group(2)) if r else None}
+        client, method, path, status = self.groups(text)
+        return {"client": client, "method": method, "path": path, "status": int(status)}
+
+    def event(self, text: str, ts, iso, rank, line) -> Event:
+        return Event(self.kind, self.fields(text), iso, ts, rank, self.source, line)
+
+    def fields_json(self, text: str) -> str:
+        return _FIELDS_JSON(self.fields(text))
+
+
+def _head_key(text: str) -> bytes | None:
+    try:
+        return text[:HEAD_CHARS].encode().translate(_SKELETON)
+    except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no key
+        return None
 
 
 def split_top_level(text: str, sep: str) -> list[str]:
@@ -407,14 +468,16 @@ class Parser:
         self._by_marker: dict[int, _Shape] = {}
         self._line_re = _PREFIX
         self._prefix_at = 1          # group number of the generic prefix's first group in _line_re
-        self._layouts: dict[bytes, _Layout] = {}   # skeleton -> its layout: see "Skeletons"
+        self._layouts: dict[bytes, _Layout | _EventLayout] = {}   # skeleton -> its layout: see "Skeletons"
+        self._heads: dict[bytes, _EventLayout] = {}      # head skeleton -> a request-log layout
+        self._tallies = {kind: _Tally(kind) for kind in ("http_access", "request_log")}
         self._fruitless = 0
 
     # ------------------------------------------------------------------ public API
     @property
     def recognised(self) -> int:
         """Records turned into Events so far."""
-        return self._recognised + sum(s.count for s in self._shapes)
+        return self._recognised + sum(s.count for s in self._shapes) + sum(t.count for t in self._tallies.values())
 
     @property
     def kinds(self) -> Counter:
@@ -422,6 +485,9 @@ class Parser:
         out = Counter(self._kinds)
         for s in self._shapes:
             out[s.kind] += s.count
+        for t in self._tallies.values():
+            if t.count:
+                out[t.kind] += t.count
         return out
 
     def feed(self, text: str, lineno: int = 0, container_time: str | None = None) -> list[Event]:
@@ -439,7 +505,7 @@ class Parser:
         return list(map(as_event, self.feed_items(texts, first)))
 
     def feed_items(self, texts: list[str], first: int) -> list:
-        """`feed_lines`, except that a batch line of a learned shape stays a BatchRow (events.py): the block path
+        """`feed_lines`, except that a line of a learned layout stays a Row (events.py): the block path
         of `analyze`, `parse` and `serve`, where most lines are batch lines and Event objects would cost more
         than reading them."""
         out: list = []
@@ -447,27 +513,33 @@ class Parser:
             for lineno, text in enumerate(texts, first):
                 self._feed_safely(text, lineno, out, None)
             return out
-        layouts, rank_cache = self._layouts, self._rank_cache
+        layouts, heads, rank_cache = self._layouts, self._heads, self._rank_cache
         last_dt, last_ts, last_iso = self._row_time
         last_shape = None
         lineno = first - 1
         for text in texts:
             lineno += 1
             skeleton = layout = None
-            if text[:1] == "[" and len(text) <= MAX_SKELETON_CHARS:
-                try:
-                    skeleton = text.encode().translate(_SKELETON)
-                except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no skeleton
-                    pass
-                else:
-                    layout = layouts.get(skeleton)
+            if text[:1] == "[":
+                if len(text) <= MAX_SKELETON_CHARS:
+                    try:
+                        skeleton = text.encode().translate(_SKELETON)
+                    except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no skeleton
+                        pass
+                    else:
+                        layout = layouts.get(skeleton)
+                if layout is None and heads and "\x00" not in text:
+                    layout = heads.get(_head_key(text))
             if layout is None:
                 m = self._line_re.match(text)
                 sh = self._by_marker.get(m.lastindex) if m is not None else None
                 if sh is None:                  # not a learned shape's line: the generic path
+                    n = len(out)
                     self._feed_safely(text, lineno, out, m)
                     last_shape = None           # it may have set the format family, or learned a shape
                     layouts = self._layouts
+                    if len(out) > n and m is not None and out[-1].kind in self._tallies:
+                        self._learn_event_layout(text, lineno, skeleton, m, out[-1])
                     continue
                 layout = _Layout(sh, m)
                 if skeleton is not None:
@@ -492,12 +564,33 @@ class Parser:
                 rank = self._rank(ranks)
             if sh is not last_shape:
                 last_shape = sh
-                self.format_family = sh.family or self._family(sh.sep, sh.has_iter, sh.trailing, sh.has_graph,
-                                                               False, False)
+                if layout.batch:
+                    self.format_family = sh.family or self._family(sh.sep, sh.has_iter, sh.trailing,
+                                                                   sh.has_graph, False, False)
             sh.count += 1
             out.append((layout, text, ts, iso, rank, lineno))
         self._row_time = last_dt, last_ts, last_iso
         return out
+
+    def _learn_event_layout(self, text: str, lineno: int, skeleton: bytes | None, m, ev: Event) -> None:
+        """After the generic path read line `lineno` (m: the line regex's match) and emitted `ev`, an access or
+        request-log Event: the layout that reads the next lines of its key as rows (see _EventLayout)."""
+        a = self._prefix_at
+        if ev.line != lineno or m.group(a) is None:
+            return
+        tally = self._tallies[ev.kind]
+        if ev.kind == "http_access":
+            access = _ACCESS.match(text, m.end())
+            if skeleton is not None and access is not None:
+                if len(self._layouts) >= MAX_SKELETONS:
+                    self._layouts.clear()
+                self._layouts[skeleton] = _EventLayout(tally, self.source, m, a, access)
+        elif m.end() + len("Receive: ") <= HEAD_CHARS:
+            key = _head_key(text)
+            if key is not None:
+                if len(self._heads) >= MAX_SKELETONS:
+                    self._heads.clear()
+                self._heads[key] = _EventLayout(tally, self.source, m, a)
 
     def _feed_safely(self, text: str, lineno: int, out: list, m) -> None:
         try:

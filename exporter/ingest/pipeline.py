@@ -21,8 +21,8 @@ class SourceParser:
         self.cut = 0
 
     def feed_block_items(self, block: Block) -> list:
-        """Lines in bulk -> Events and BatchRows (events.py): a plain-text source goes straight to the parser,
-        with no object per line, and its learned batch lines stay rows."""
+        """Lines in bulk -> Events and rows (events.py): a plain-text source goes straight to the parser,
+        with no object per line, and the lines of its learned layouts stay rows."""
         texts = block.texts
         self.lines += len(texts)
         self.cut += block.cuts
@@ -52,7 +52,7 @@ class Sources:
         self.by_source: dict[str, SourceParser] = {}
 
     def feed_blocks(self, blocks: Iterable[Block]) -> list:
-        """Blocks of any sources -> Events and BatchRows, in order."""
+        """Blocks of any sources -> Events and rows, in order."""
         out: list = []
         for block in blocks:
             out += self._source(block.source).feed_block_items(block)
@@ -84,7 +84,7 @@ def iter_file_events(path: str, max_line_bytes: int = 1 << 20, stats: SourcePars
 
 
 def iter_file_items(path: str, max_line_bytes: int = 1 << 20, stats: SourceParser | None = None) -> Iterator:
-    """`iter_file_events` with learned batch lines left as BatchRows (events.py), for the bulk readers."""
+    """`iter_file_events` with the lines of learned layouts left as rows (events.py), for the bulk readers."""
     for items in iter_file_item_lists(path, max_line_bytes, stats):
         yield from items
 
