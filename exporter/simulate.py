@@ -24,10 +24,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 FAMILIES = ("0.3", "0.4.7", "0.5.8", "0.5.23")
@@ -759,6 +762,9 @@ class Simulator:
 # ====================================================================== /metrics server
 def serve_metrics(sim: Simulator, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
     """Serve sim.metrics_text() at /metrics in a daemon thread; call .shutdown() and .server_close()."""
+    # imported here: the command line imports this module for its arguments, and http.server is a third of
+    # every command's start-up
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
