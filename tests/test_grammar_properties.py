@@ -393,3 +393,42 @@ def test_date_time_with_a_day_cache_equals_timegm(stamps):
         except (ValueError, OverflowError):
             want = None
         assert p._date_time(date, tod)[0] == want
+
+
+# A layout's own `values(text)` (constant slices of only the groups it needs, generated per skeleton) must give
+# what the shape's `values` of all the line's groups gives, and what the engine reads of the line's Event.
+_VALUE_KEYS = ["#running-req", "#queue-req", "token usage", "gen throughput (token/s)", "cuda graph", "#token",
+               "full token usage", "swa token usage", "mamba usage", "gpu token usage", "#new-seq",
+               "input throughput (token/s)", "cache hit rate"]
+_PRINTED = {"int": str, "float": "{:.2f}".format, "int%": "{:.0f}%".format, "float%": "{:.2f}%".format}
+
+
+@SETTINGS
+@given(st.sampled_from(["Decode", "Prefill"]),
+       st.lists(st.tuples(st.sampled_from(_VALUE_KEYS), st.sampled_from(sorted(_PRINTED))), min_size=1, max_size=8,
+                unique_by=lambda kc: kc[0]),
+       st.lists(st.lists(st.integers(0, 10 ** 6), min_size=9, max_size=9), min_size=2, max_size=12),
+       st.sampled_from(["[2025-08-11 17:17:03 TP0] ", "[2025-08-11 17:17:03.25 DP1 TP12] "]))
+def test_layout_values_equal_the_shape_values_and_the_event(which, columns, rows, prefix):
+    """Lines of one shape, numbers of any widths (so several skeletons): each row's layout values equal the
+    shape's values of its groups and the values of its Event (state._FIELDS), types included."""
+    from exporter.state import _FIELDS
+    columns = [("#running-req", "int")] + [kc for kc in columns if kc[0] != "#running-req"]
+    lines = []
+    for numbers in rows:
+        parts = [f"{k}: {('True' if n % 2 else 'False') if k == 'cuda graph' else _PRINTED[c](n if c == 'int' else n / 97)}"
+                 for (k, c), n in zip(columns, numbers)]
+        lines.append(f"{prefix}{which} batch, " + ", ".join(parts))
+    p = Parser("values")
+    items = p.feed_items(lines, 1) + p.feed_items(lines, len(lines) + 1)     # the second time: all learned
+    rows_read = [item for item in items if item.__class__ is tuple]
+    assert len(rows_read) >= len(lines)
+    for item in rows_read:
+        layout, text = item[0], item[1]
+        got = layout.values(text)
+        want = layout.shape.values(layout.groups(text))
+        ev = as_event(item)
+        of_event = _FIELDS[ev.kind].values(ev.fields)
+        assert got == want == of_event
+        assert [type(v) for v in got] == [type(v) for v in want] == [type(v) for v in of_event]
+        assert layout.values(text) == got      # the generated function (the first call generated it) again

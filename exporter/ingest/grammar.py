@@ -165,7 +165,8 @@ class _Shape:
     a conversion template, "{}" where the group's index goes). `event` and `values` (see _compile_shape) read
     the tuple of its groups, wherever the shape sits in the parser's line regex."""
     __slots__ = ("key", "kind", "regex", "convs", "ngroups", "sep", "has_iter", "trailing", "has_graph",
-                 "has_frac", "family", "count", "rk", "first", "source", "event", "values", "fields_json")
+                 "has_frac", "family", "count", "rk", "first", "source", "event", "values", "value_exprs",
+                 "fields_json")
 
     def __init__(self, key, kind, regex, convs, ngroups, sep, has_iter, trailing, has_graph, has_frac):
         self.key, self.kind, self.regex, self.convs, self.ngroups = key, kind, regex, convs, ngroups
@@ -176,7 +177,7 @@ class _Shape:
         self.rk = 1 + has_frac  # index of its rank tags in its groups (0: "date time", 1: the fraction if any)
         self.first = 0          # number of its first group in the parser's line regex
         self.source = ""
-        self.event = self.values = self.fields_json = None
+        self.event = self.values = self.value_exprs = self.fields_json = None
 
 
 def _prefix_regex(frac: str | None, ranks: str, space: bool) -> str:
@@ -240,7 +241,8 @@ def _compile_shape(shape: _Shape, source: str) -> None:
     """Generate the shape's `event(groups, ts, iso, rank, line)` (its Event: the fields one dict literal),
     `values(groups)` (the five numbers the engine reads of every batch line, see events.Row) and
     `fields_json(groups)` (that Event's fields as compact JSON, what json.dumps gives: ints as digits, floats
-    by repr, bools as true/false), `groups` being the tuple of the shape's groups: one call per line, no loop."""
+    by repr, bools as true/false), `groups` being the tuple of the shape's groups: one call per line, no loop.
+    `value_exprs` keeps the source of `values`' five expressions for the layouts' own (_Layout.values)."""
     group = iter(range(shape.rk + 1, shape.ngroups))
     fields = {name: conv.format(next(group)) if "{}" in conv else conv for name, conv in shape.convs}
     usage = fields.get("token_usage")
@@ -267,7 +269,7 @@ def _compile_shape(shape: _Shape, source: str) -> None:
          + "def values(g):\n    return (" + ", ".join(values) + ")\n"
          + "def fields_json(g):\n    return " + repr("{" + ",".join(template) + "}") + " % (" + "".join(
              a + ", " for a in args) + ")\n", namespace)
-    shape.source = source
+    shape.source, shape.value_exprs = source, values
     shape.event, shape.values, shape.fields_json = namespace["event"], namespace["values"], namespace["fields_json"]
 
 
@@ -287,24 +289,61 @@ HEAD_CHARS = 64             # a request-log line is known by the skeleton of its
 class _Layout:
     """A learned shape at the offsets of one skeleton (that of the line `m` matched): the `shape` of the
     rows of its lines (events.py), which keep their text. The parser slices out only the time and rank
-    tags; the other groups are sliced out when someone asks for the numbers, the Event or its JSON."""
-    __slots__ = ("shape", "kind", "source", "groups", "dt", "frac", "rank")
+    tags; the other groups are sliced out when someone asks for the numbers, the Event or its JSON.
+
+    `values(text)` is the shape's `values` of the line's groups, but a function of the layout's own: the engine
+    reads the numbers of every sample (and of each rank's latest unread line), and slicing all the shape's groups
+    to convert five of them was most of that cost. Generated on the first call (_first_values) from the shape's
+    `value_exprs`, each group read at its constant offsets (see _layout_values): the same expressions, so the
+    same values and types, and the parser never pays for it. (Not a __getattr__ filling the unset slot: a class
+    with one loses CPython's fast attribute reads, and the parser reads a layout's slots on every line.)"""
+    __slots__ = ("shape", "kind", "source", "groups", "dt", "frac", "rank", "spans", "values")
     batch = True                # its rows are batch lines (the engine reads their numbers)
 
     def __init__(self, shape: _Shape, m):
-        spans = [slice(*m.span(k)) for k in range(shape.first, shape.first + shape.ngroups)]
+        self.spans = spans = [slice(*m.span(k)) for k in range(shape.first, shape.first + shape.ngroups)]
         self.shape, self.kind, self.source = shape, shape.kind, shape.source
         self.groups = operator.itemgetter(*spans)
         self.dt, self.frac, self.rank = spans[0], spans[1] if shape.has_frac else None, spans[shape.rk]
+        self.values = self._first_values    # a cycle until the first call replaces it (gc frees unused ones)
 
-    def values(self, text: str) -> tuple:
-        return self.shape.values(self.groups(text))
+    def _first_values(self, text: str) -> tuple:
+        """The layout's `values` until its first call: generates the layout's own, which replaces this."""
+        self.values = values = _layout_values(self.shape.value_exprs, self.spans)
+        return values(text)
 
     def event(self, text: str, ts, iso, rank, line) -> Event:
         return self.shape.event(self.groups(text), ts, iso, rank, line)
 
     def fields_json(self, text: str) -> str:
         return self.shape.fields_json(self.groups(text))
+
+
+_GROUP_REF = re.compile(r"g\[([0-9]+)\]")
+_GRAPH_REF = re.compile(r"g\[([0-9]+)\] == 'True'")
+_LAYOUT_VALUES: dict[tuple, object] = {}    # (value exprs, their groups' offsets) -> their function
+MAX_LAYOUT_VALUES = 4096
+
+
+def _layout_values(exprs: tuple, spans: list):
+    """`values(text)` of a layout: the shape's value expressions, each group `g[k]` read as the slice `text[gk]`
+    of its span (a global of the function: `text[a:b]` would build the slice object on every call). A graph
+    flag (`g[k] == 'True'`, its group `(True|False)`) is read by its first character, `text[start] == 'T'`,
+    which allocates nothing. Kept by the expressions and the offsets, so layouts that put the five numbers at
+    the same offsets (other groups' widths differ) share one function; the table starts afresh when full."""
+    used = sorted({int(k) for e in exprs for k in _GROUP_REF.findall(e)})
+    key = (exprs, tuple((spans[k].start, spans[k].stop) for k in used))
+    values = _LAYOUT_VALUES.get(key)
+    if values is None:
+        code = ", ".join(_GROUP_REF.sub(r"text[g\1]",
+                                        _GRAPH_REF.sub(lambda m: f"text[{spans[int(m.group(1))].start}] == 'T'", e))
+                         for e in exprs)
+        namespace = {f"g{k}": spans[k] for k in used}
+        exec(f"def values(text):\n    return ({code})\n", namespace)  # noqa: S102 - built above
+        if len(_LAYOUT_VALUES) >= MAX_LAYOUT_VALUES:
+            _LAYOUT_VALUES.clear()
+        values = _LAYOUT_VALUES[key] = namespace["values"]
+    return values
 
 
 class _Tally:
