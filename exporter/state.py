@@ -13,7 +13,6 @@ a sample are read only when someone reads the ranks (`ranks`, `schedulers`, `pen
 from __future__ import annotations
 
 import math
-import operator
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -85,45 +84,49 @@ _FIELDS = {kind: _Fields(kind) for kind in ("decode_batch", "prefill_batch")}
 class HitWindow:
     """Samples of the last `seconds`, each counted in one or more hit series (a hit or not in each).
 
-    The batch-sample signals share one window, so a sample is counted in all their series at once, in
-    1-second buckets `[total_0, hits_0, total_1, hits_1, ...]` (their starts in `starts`). Counting is an
-    increment of the newest bucket. When a bucket closes its counts become running totals (everything counted
-    up to its end), so a series' count in the window is "newest closed running total - that of the last
-    bucket that left + the newest bucket's own count": reading it and dropping a bucket are O(1), and memory
-    is bounded by MAX_WINDOW_BUCKETS whatever the sample rate.
+    The batch-sample signals share one window, so a sample is counted in all their series at once, in one
+    `tally` [total_0, hits_0, total_1, hits_1, ...] of everything counted since the window began (or was
+    cleared): counting is an increment of it, whatever the second. Time is cut in 1-second buckets (their
+    starts in `starts`); each bucket in `items` holds the tally at its end (the newest, still counting, holds
+    None until the next one starts). So a series' count in the window is "tally - the tally at the end of the
+    last bucket that left": reading it and dropping a bucket are O(1), and memory is bounded by
+    MAX_WINDOW_BUCKETS whatever the sample rate. (Starting a bucket only copies the tally: at about one sample
+    a second per scheduler, a bucket starts for nearly every sample.)
 
     A bucket leaves when its start is older than `now - seconds`. With whole-second timestamps (SGLang's)
     that is exactly "a sample older than the edge leaves"; with sub-second timestamps a sample may leave up
     to 1 s early, which windows of minutes do not notice. A sample older than the newest bucket (interleaved
     ranks, a clock step back) is counted in the newest bucket."""
-    __slots__ = ("seconds", "starts", "items", "_last", "_end", "_closed", "_gone", "_zero")
+    __slots__ = ("seconds", "starts", "items", "tally", "_end", "_gone", "_zero")
 
     def __init__(self, seconds: float, series: int = 1):
         self.seconds = seconds
         self.starts: deque = deque()
         self.items: deque = deque()
         self._zero = [0] * (2 * series)
-        self._closed = self._zero    # running totals to the end of the newest closed bucket
-        self._gone = self._zero      # running totals to the end of the last bucket that left
-        self._last = self._zero[:]   # the newest bucket, still counting (a stand-in when there is none)
-        self._end = -math.inf        # its end
+        self.tally = self._zero[:]   # one list for the window's life (clear() zeroes it): callers may keep it
+        self._gone = self._zero      # the tally at the end of the last bucket that left
+        self._end = -math.inf        # the end of the newest bucket
 
     def bucket(self, t: float) -> list:
-        """The bucket to count a sample at `t` in: add 1 to [2s] and the hit to [2s + 1] for series s."""
-        if t < self._end:
-            return self._last
+        """The tally to count a sample at `t` in: add 1 to [2s] and the hit to [2s + 1] for series s. (Always
+        the same list; callers that keep it call start(t) when `t` is not before `_end`, as this does.)"""
+        if not t < self._end:
+            self.start(t)
+        return self.tally
+
+    def start(self, t: float) -> None:
+        """A sample at `t`, not before the newest bucket's end: the newest bucket closes, t's starts."""
         items = self.items
-        if items:                    # the newest bucket closes: its counts become running totals
-            items[-1] = self._closed = list(map(operator.add, self._closed, self._last))
+        if items:
+            items[-1] = self.tally[:]
         start = math.floor(t)
         self._end = start + 1
-        self._last = b = self._zero[:]
-        items.append(b)
+        items.append(None)
         self.starts.append(start)
         if len(items) > MAX_WINDOW_BUCKETS:
             self.starts.popleft()
             self._gone = items.popleft()
-        return b
 
     def push(self, t: float, hit: bool, series: int = 0) -> None:
         b = self.bucket(t)
@@ -132,7 +135,7 @@ class HitWindow:
 
     def count(self, i: int) -> int:
         """Entry i of the window's tally (2s: samples of series s, 2s + 1: its hits)."""
-        return self._closed[i] - self._gone[i] + self._last[i]
+        return self.tally[i] - self._gone[i]
 
     def series(self, s: int) -> HitSeries:
         return HitSeries(self, s)
@@ -142,18 +145,18 @@ class HitWindow:
         starts, items = self.starts, self.items
         while starts and starts[0] < edge:
             starts.popleft()
-            b = items.popleft()
+            end = items.popleft()
             if items:
-                self._gone = b
+                self._gone = end
             else:                    # the newest bucket left (every closed one did before it): none counts
-                self._last = self._zero[:]
+                self._gone = self.tally[:]
                 self._end = -math.inf
 
     def clear(self) -> None:
         self.starts.clear()
         self.items.clear()
-        self._closed = self._gone = self._zero
-        self._last = self._zero[:]
+        self.tally[:] = self._zero
+        self._gone = self._zero
         self._end = -math.inf
 
 
@@ -168,12 +171,12 @@ class HitSeries:
     @property
     def total(self) -> int:
         w, i = self.window, self._i
-        return w._closed[i] - w._gone[i] + w._last[i]      # HitWindow.count(i), inline: read at every evaluation
+        return w.tally[i] - w._gone[i]      # HitWindow.count(i), inline: read at every evaluation
 
     @property
     def hits(self) -> int:
         w, i = self.window, self._i + 1
-        return w._closed[i] - w._gone[i] + w._last[i]
+        return w.tally[i] - w._gone[i]
 
 
 class TimeWindow:
@@ -258,6 +261,8 @@ class ServerState:
         self._cap_fraction = param("concurrency_capped", "running_fraction")
         self._cap_max_usage = param("concurrency_capped", "max_usage")
         self._graph_default_bs = param("cuda_graph_off_small_batch", "default_max_bs")
+        self._tally = self.samples.tally     # classify counts in it (one list for the window's life)
+        self._limits()
         self.retractions = TimeWindow(max(window["retractions_frequent"], window["retraction_storm"]))
         self.ooms = {"prefill": TimeWindow(window["oom_prefill"]), "decode": TimeWindow(window["oom_decode"])}
         self.watchdogs = TimeWindow(window["stalled"])
@@ -324,12 +329,14 @@ class ServerState:
             if ev.rank.get("tp") in (None, 0):
                 self._startup_line("memory_config", now, restart_if_batches=True)
             self.memory_config.update(f)
+            self._limits()
             avail = f.get("available_gpu_mem_bytes")
             if avail is not None:
                 self.headroom_bytes = avail if self.headroom_bytes is None else min(self.headroom_bytes, avail)
         elif kind == "server_args":
             self._startup_line("server_args", now, restart_if_batches=True, restart_if_any=True)
             self.server_args = dict(f)
+            self._limits()
             self.model = str(f.get("served_model_name") or f.get("model_path") or "")[:200]
         elif kind == "load_weight":
             if f.get("phase") == "begin" and f.get("avail_mem_bytes"):
@@ -426,6 +433,7 @@ class ServerState:
         self._startup_seen: set = set()
         self.server_args = {}
         self.memory_config = {}
+        self._limits()
         self.headroom_bytes = None
         self._ranks.clear()
         self._unread.clear()
@@ -443,32 +451,47 @@ class ServerState:
         self._schedulers = None
         return self._ranks.setdefault(key, RankValues())
 
+    def _limits(self) -> None:
+        """What classify reads of memory_config and server_args, read again whenever they change. Only this
+        class writes them (apply_event, apply_scrape, _new_epoch), and each write is followed by this."""
+        self._cap = self.memory_config.get("max_running_requests") if self._cap_fraction is not None else None
+        max_bs = self.server_args.get("cuda_graph_max_bs") or self._graph_default_bs
+        self._graph_max_bs = max_bs if isinstance(max_bs, (int, float)) else None    # None: any batch is small
+
     def classify(self, now: float, queue, running, usage, cuda_graph) -> None:
-        """Count one batch sample in every series it is judged in. The bucket's layout follows the series
+        """Count one batch sample in every series it is judged in. The tally's layout follows the series
         order of self.samples: (total, hits) x (queue_below_range, queue_above_range, kv_cache_underused,
-        concurrency_capped, cuda_graph_off_small_batch); literal indices keep it fast."""
-        b = self.samples.bucket(now)
+        concurrency_capped, cuda_graph_off_small_batch); literal indices keep it fast, as do the limits read
+        once per change (_limits), the window's bucket check inline (HitWindow.bucket) and a hit counted only
+        when there is one (most samples are no hit)."""
+        w = self.samples
+        if not now < w._end:
+            w.start(now)
+        b = self._tally
         if queue is not None:
             if self._min_queue is not None:
                 b[0] += 1
-                b[1] += queue < self._min_queue
+                if queue < self._min_queue:
+                    b[1] += 1
             if self._max_queue is not None:
                 b[2] += 1
-                b[3] += queue > self._max_queue
+                if queue > self._max_queue:
+                    b[3] += 1
             if usage is not None:
                 if self._min_usage is not None:
                     b[4] += 1
-                    b[5] += queue > 0 and usage < self._min_usage
-                if self._cap_fraction is not None and running is not None:
-                    cap = self.memory_config.get("max_running_requests")
-                    if cap:
-                        b[6] += 1
-                        b[7] += running >= self._cap_fraction * cap and queue > 0 and usage < self._cap_max_usage
+                    if queue > 0 and usage < self._min_usage:
+                        b[5] += 1
+                cap = self._cap
+                if cap and running is not None:
+                    b[6] += 1
+                    if running >= self._cap_fraction * cap and queue > 0 and usage < self._cap_max_usage:
+                        b[7] += 1
         if cuda_graph is not None and running is not None and self._graph_default_bs is not None:
-            max_bs = self.server_args.get("cuda_graph_max_bs") or self._graph_default_bs
-            small = running <= max_bs if isinstance(max_bs, (int, float)) else True
             b[8] += 1
-            b[9] += (not cuda_graph) and small and running > 0
+            max_bs = self._graph_max_bs
+            if not cuda_graph and (max_bs is None or running <= max_bs) and running > 0:
+                b[9] += 1
 
     # ------------------------------------------------------------------ scrapes (/metrics)
     def apply_scrape(self, scrape, now: float) -> None:
@@ -490,6 +513,7 @@ class ServerState:
                               vals.get("cuda_graph"))
         if scrape.max_running_requests and not self.memory_config.get("max_running_requests"):
             self.memory_config["max_running_requests"] = scrape.max_running_requests
+            self._limits()
         # progress: generated or prefilled tokens advancing (frozen gauges cannot show a hang)
         progressed = False
         for name in ("generation_tokens", "prompt_tokens"):

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import random
 
-from test_signals import T0, decode, memory_config, prefill
+from test_signals import T0, decode, memory_config, prefill, server_args
 
 from exporter.config import Config
-from exporter.ingest.events import as_event
+from exporter.ingest.events import Event, as_event
 from exporter.ingest.grammar import Parser
+from exporter.scrape import ScrapeResult
 from exporter.state import MAX_RANKS, MAX_WINDOW_BUCKETS, HitWindow, ServerState, TimeWindow, usage_of
 
 
@@ -78,9 +79,10 @@ def test_hit_window_running_totals_match_a_recount():
     for step in range(5000):
         t += rng.choice((0.0, 0.1, 0.4, 1.0, 3.0, 45.0)) if step % 997 else 100.0
         when = t - rng.choice((0.0, 0.0, 0.0, 0.3))
-        b = w.bucket(when)
-        if not buckets or buckets[-1][2] is not b:
-            buckets.append([w.starts[-1], [], b])
+        n = len(w.items)
+        b = w.bucket(when)         # the tally (one list); a new bucket shows as one more item (never > 31 here)
+        if not buckets or len(w.items) != n:
+            buckets.append([w.starts[-1], []])
         series, hit = rng.randrange(2), rng.random() < 0.3
         b[2 * series] += 1
         b[2 * series + 1] += hit
@@ -323,3 +325,67 @@ def test_unread_lines_of_two_shapes_are_read_in_order():
         (st.apply_row if item.__class__ is tuple else st.apply_event)(item, T0)
     rv = st.ranks[(None, 1, None)]
     assert (rv.queue, rv.running, rv.usage, rv.throughput) == (3, 5, 0.5, 30.0)
+
+
+def _classified(params: dict, memory_config: dict, server_args: dict, queue, running, usage, graph) -> list:
+    """What one sample adds to each of the ten tallies, read the plain way (the thresholds from `params`, the
+    cap and the graph batch size from the dicts as they are now): classify's reference."""
+    def param(sid, key):
+        return params[sid][key] if params.get(sid) else None
+    add = [0] * 10
+    if queue is not None:
+        if param("queue_below_range", "min_queue") is not None:
+            add[0:2] = 1, queue < param("queue_below_range", "min_queue")
+        if param("queue_above_range", "max_queue") is not None:
+            add[2:4] = 1, queue > param("queue_above_range", "max_queue")
+        if usage is not None:
+            if param("kv_cache_underused", "min_usage") is not None:
+                add[4:6] = 1, queue > 0 and usage < param("kv_cache_underused", "min_usage")
+            fraction = param("concurrency_capped", "running_fraction")
+            cap = memory_config.get("max_running_requests")
+            if fraction is not None and running is not None and cap:
+                add[6:8] = 1, (running >= fraction * cap and queue > 0
+                               and usage < param("concurrency_capped", "max_usage"))
+    default_bs = param("cuda_graph_off_small_batch", "default_max_bs")
+    if graph is not None and running is not None and default_bs is not None:
+        max_bs = server_args.get("cuda_graph_max_bs") or default_bs
+        small = running <= max_bs if isinstance(max_bs, (int, float)) else True
+        add[8:10] = 1, (not graph) and small and running > 0
+    return [int(a) for a in add]
+
+
+def test_classify_follows_memory_config_and_server_args_as_they_change():
+    """classify reads the cap and the graph batch size once per change of memory_config / server_args (a
+    memory_config line, a scrape's max_running_requests, server_args, a restart clearing both): every sample
+    adds what the plain reading of the dicts at that moment gives, in every profile."""
+    rng = random.Random(11)
+    for profile in ("offline", "online"):
+        params = Config(profile=profile).signal_params()
+        st = ServerState(params)
+        epochs, counted = st.epoch, 0
+        for k in range(3000):
+            now = T0 + k / 3
+            r = rng.random()
+            if r < 0.03:
+                st.apply_event(memory_config(max_running=rng.choice([None, 0, 64, 150, 4096])), now)
+            elif r < 0.05:
+                bs = rng.choice([None, 0, 64, 160, 512, "auto"])
+                st.apply_event(server_args(**({} if bs is None else {"cuda_graph_max_bs": bs})), now)
+            elif r < 0.06:
+                st.apply_scrape(ScrapeResult(True, max_running_requests=rng.choice([None, 100, 200])), now)
+            elif r < 0.07:
+                st.apply_event(Event("server_ready", {}), now)    # a second one is a restart
+            else:
+                queue = rng.choice([None, 0, 0, 3, 150, 2500])
+                running = rng.choice([None, 0, 60, 63, 64, 100, 149, 150, 200])
+                usage = rng.choice([None, 0.1, 0.5, 0.95])
+                graph = rng.choice([None, True, False])
+                before = [st.samples.count(i) for i in range(10)]
+                st.apply_event(decode(queue=queue, running=running, usage=usage, graph=graph, tp=0), now)
+                want = _classified(params, st.memory_config, st.server_args, queue, running, usage, graph)
+                assert [st.samples.count(i) - b for i, b in enumerate(before)] == want, k
+                counted += want[6] + want[8]
+            if st.epoch != epochs:
+                epochs = st.epoch
+                assert [st.samples.count(i) for i in range(10)] == [0] * 10    # a restart clears the window
+        assert epochs > 3 and counted > 500
