@@ -375,10 +375,26 @@ class ServerState:
                 unread.pop(shape, None)     # keep them in the order they came
                 unread[shape] = row[1]
             return
+        queue, running, usage, throughput, graph = values = shape.values(row[1])
         if rv.unread:
-            rv.read()
-        queue, running, usage, throughput, graph = shape.values(row[1])
-        rv.take(queue, running, usage, throughput, graph)
+            # a leader's unread lines are (but for ranks folded into "other") its prefill lines since its last
+            # sample; a line that sets all five numbers overwrites whatever reading them would set, so they are
+            # dropped unread (the same result; reading them cost a sample as much as its own numbers)
+            if None in values:
+                rv.read()
+            else:
+                rv.unread = None
+        # rv.take(*values), inline: the call cost as much as the stores
+        if queue is not None:
+            rv.queue = queue
+        if running is not None:
+            rv.running = running
+        if usage is not None:
+            rv.usage = usage
+        if throughput is not None:
+            rv.throughput = throughput
+        if graph is not None:
+            rv.cuda_graph = graph
         self.classify(now, queue, running, usage, graph)
 
     def _batch_slot(self, rank: dict) -> tuple:
