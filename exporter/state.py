@@ -478,8 +478,8 @@ class ServerState:
         """Count one batch sample in every series it is judged in. The tally's layout follows the series
         order of self.samples: (total, hits) x (queue_below_range, queue_above_range, kv_cache_underused,
         concurrency_capped, cuda_graph_off_small_batch); literal indices keep it fast, as do the limits read
-        once per change (_limits), the window's bucket check inline (HitWindow.bucket) and a hit counted only
-        when there is one (most samples are no hit)."""
+        once per change (_limits), the window's bucket check inline (HitWindow.bucket) and a hit added only
+        when there is one."""
         w = self.samples
         if not now < w._end:
             w.start(now)
