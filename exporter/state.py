@@ -79,6 +79,19 @@ class _Fields:
 
 
 _FIELDS = {kind: _Fields(kind) for kind in ("decode_batch", "prefill_batch")}
+_FIELDS_BY_PRINTED: dict[tuple, _Fields] = {}
+
+
+def _fields_shape(kind: str, f: dict) -> _Fields:
+    """The `shape` of a batch Event in apply_row: one per kind and set of the five numbers the line prints. A
+    rank keeps the latest unread line of each shape; with one shape per kind, a line lacking a number (say
+    "cuda graph") would hide an earlier unread line that printed it, as learned shapes (one per key set) never
+    do."""
+    printed = tuple(v is not None for v in _FIELDS[kind].values(f))
+    shape = _FIELDS_BY_PRINTED.get((kind, printed))
+    if shape is None:
+        shape = _FIELDS_BY_PRINTED[(kind, printed)] = _Fields(kind)    # at most 2 x 32
+    return shape
 
 
 class HitWindow:
@@ -295,7 +308,7 @@ class ServerState:
     def apply_event(self, ev: Event, now: float) -> None:
         kind, f = ev.kind, ev.fields
         if kind == "decode_batch" or kind == "prefill_batch":
-            self.apply_row((_FIELDS[kind], f, ev.ts, ev.time, ev.rank, ev.line), now)
+            self.apply_row((_fields_shape(kind, f), f, ev.ts, ev.time, ev.rank, ev.line), now)
             return
         try:
             self.events_total[kind] += 1
