@@ -397,17 +397,7 @@ class ServerState:
                 rv.read()
             else:
                 rv.unread = None
-        # rv.take(*values), inline: the call cost as much as the stores
-        if queue is not None:
-            rv.queue = queue
-        if running is not None:
-            rv.running = running
-        if usage is not None:
-            rv.usage = usage
-        if throughput is not None:
-            rv.throughput = throughput
-        if graph is not None:
-            rv.cuda_graph = graph
+        rv.take(queue, running, usage, throughput, graph)
         self.classify(now, queue, running, usage, graph)
 
     def _batch_slot(self, rank: dict) -> tuple:
