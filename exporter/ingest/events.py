@@ -82,7 +82,7 @@ class JsonLines:
     that repeat from event to event (source, rank, time) encoded once and reused."""
 
     def __init__(self):
-        self.encode = _compact_encoder()
+        self.encode = compact_encoder()
         self._sources: dict[str, str] = {}
         self._ranks: dict[int, tuple[dict, str]] = {}     # id(rank) -> (that rank dict, its JSON)
         self._time: str | None = None
@@ -119,7 +119,7 @@ class JsonLines:
                 f'"rank":{cached[1]},"fields":{shape.fields_json(text)}}}')
 
 
-def _compact_encoder():
+def compact_encoder():
     """json.dumps(o, separators=(",", ":"), ensure_ascii=False, default=str) as one reusable C encoder:
     JSONEncoder.encode builds a new one per call, which costs more than encoding a small dict."""
     make = getattr(json.encoder, "c_make_encoder", None)

@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from datetime import datetime
 
-from exporter.ingest.events import EMPTY_RANK, Event, as_event
+from exporter.ingest.events import EMPTY_RANK, Event, as_event, compact_encoder
 
 GIB = 1024 ** 3
 
@@ -355,7 +355,7 @@ class _Tally:
         self.kind, self.count = kind, 0
 
 
-_FIELDS_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode   # = JsonLines' encoding
+_FIELDS_JSON = compact_encoder()    # JsonLines' own encoding, so a row's JSON is its Event's
 
 
 class _EventLayout:
