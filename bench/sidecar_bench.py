@@ -216,6 +216,8 @@ def main(argv=None) -> int:
     ap.add_argument("--latency-seconds", type=float, default=20.0)
     ap.add_argument("--poll-interval", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--positions", action="store_true", help="run serve with a positions file (written every "
+                    "5 s, as deployed) to measure what durability costs")
     ap.add_argument("--keep", action="store_true", help="keep the log and the sidecar's stderr in bench/out/")
     ap.add_argument("--serve-cmd", help="measure another follower instead: a command with {log} and {port} "
                     "placeholders, e.g. mtail (then also --gauge)")
@@ -256,6 +258,8 @@ def main(argv=None) -> int:
 
     port = free_port()
     cmd = base + ["--log-file", str(log), "--listen", f"127.0.0.1:{port}"]
+    if a.positions:
+        cmd += ["--positions-file", str(workdir / "positions.json")]
     if a.serve_cmd:
         cmd = [part.format(log=log, port=port) for part in a.serve_cmd.split()]
     print(f"command: {' '.join(pin + cmd)}")

@@ -498,6 +498,8 @@ METRICS: tuple[MetricSpec, ...] = (
                ("source",)),
     MetricSpec(f"{NS}_scrape_duration_seconds", "gauge", "Duration of the last scrape of SGLang's /metrics.",
                ("source",)),
+    MetricSpec(f"{NS}_worker_errors_total", "counter", "Unexpected errors caught in a worker (follow, scrape, "
+               "evaluate, positions); the worker goes on.", ("worker",)),
 )
 
 METRICS_BY_NAME = {m.name: m for m in METRICS}

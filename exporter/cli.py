@@ -140,6 +140,7 @@ def cmd_serve(args) -> int:
     from exporter.server import load_web_config, make_server, serve_in_thread
     from exporter.sidecar import Sidecar
     cfg = _config(args, log_files=args.log_file, from_start=True if args.from_start else None,
+                  from_end=True if args.from_end else None, positions_file=args.positions_file,
                   sglang_url=args.sglang_url, listen=args.listen, web_config=args.web_config,
                   scrape_interval=args.scrape_interval, scrape_timeout=args.scrape_timeout)
     if not cfg.log_files and not cfg.sglang_url:
@@ -159,6 +160,8 @@ def cmd_serve(args) -> int:
         done.set()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # the port is bound (a taken port fails above, before any work) but answers only once every log is joined
+    # and its history replayed: a line written after /metrics first answers can never be taken for old content
     sidecar.start()
     serve_in_thread(server)
     scheme = "https" if web.get("tls") else "http"
@@ -233,8 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     common(s)
     s.add_argument("--log-file", action="append", metavar="PATH",
                    help="SGLang log file or glob; repeatable (env SGLANG_EXPORTER_LOG_FILE, comma-separated)")
-    s.add_argument("--from-start", action="store_true", help="read existing log content instead of starting at "
-                   "the end (env SGLANG_EXPORTER_FROM_START)")
+    s.add_argument("--from-start", action="store_true", help="replay all existing log content, on the log's own "
+                   "clock (env SGLANG_EXPORTER_FROM_START); default: replay from the latest SGLang start-up")
+    s.add_argument("--from-end", action="store_true", help="replay nothing: start at the end of existing logs "
+                   "(env SGLANG_EXPORTER_FROM_END)")
+    s.add_argument("--positions-file", metavar="FILE", help="where read positions and counters survive a restart "
+                   "of the sidecar (env SGLANG_EXPORTER_POSITIONS_FILE; default: none)")
     s.add_argument("--sglang-url", metavar="URL", help="SGLang base URL; its /metrics is scraped "
                    "(env SGLANG_EXPORTER_SGLANG_URL)")
     s.add_argument("--listen", metavar="HOST:PORT", help=f"listen address (env SGLANG_EXPORTER_LISTEN; "

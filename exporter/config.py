@@ -23,7 +23,11 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class Config:
     log_files: tuple[str, ...] = ()
-    from_start: bool = False
+    from_start: bool = False          # replay every existing line (on the log's own clock)
+    from_end: bool = False            # replay nothing: join at the end (no start-up read-back)
+    readback_bytes: int = 256 << 20   # how far back from the end to look for the latest start-up block
+    positions_file: str | None = None  # where read positions and counters survive a sidecar restart
+    positions_interval: float = 5.0   # seconds between writes of the positions file (and one at shutdown)
     sglang_url: str | None = None
     listen: str = f"0.0.0.0:{DEFAULT_PORT}"
     profile: str = DEFAULT_PROFILE
@@ -56,7 +60,9 @@ class Config:
 
 # key -> (type, env var) for the scalar settings; flags carry the same names with dashes
 _SCALARS = {
-    "log_files": (list, "LOG_FILE"), "from_start": (bool, "FROM_START"), "sglang_url": (str, "SGLANG_URL"),
+    "log_files": (list, "LOG_FILE"), "from_start": (bool, "FROM_START"), "from_end": (bool, "FROM_END"),
+    "readback_bytes": (int, "READBACK_BYTES"), "positions_file": (str, "POSITIONS_FILE"),
+    "positions_interval": (float, "POSITIONS_INTERVAL"), "sglang_url": (str, "SGLANG_URL"),
     "listen": (str, "LISTEN"), "profile": (str, "PROFILE"), "scrape_interval": (float, "SCRAPE_INTERVAL"),
     "scrape_timeout": (float, "SCRAPE_TIMEOUT"), "scrape_max_bytes": (int, "SCRAPE_MAX_BYTES"),
     "max_line_bytes": (int, "MAX_LINE_BYTES"), "poll_interval": (float, "POLL_INTERVAL"),
@@ -223,6 +229,12 @@ def validate(cfg: Config, origin: dict | None = None) -> Config:
         raise ConfigError(f"{at('scrape_timeout')}: scrape_timeout ({cfg.scrape_timeout}s) must be below "
                           f"scrape_interval ({cfg.scrape_interval}s, from {at('scrape_interval')})")
     split_host_port(cfg.listen, at("listen"))
+    if cfg.from_start and cfg.from_end:
+        raise ConfigError(f"{at('from_end')}: from_end and from_start (from {at('from_start')}) exclude each other")
+    if cfg.positions_file:
+        parent = os.path.dirname(os.path.abspath(cfg.positions_file))
+        if not os.path.isdir(parent):
+            raise ConfigError(f"{at('positions_file')}: directory {parent!r} does not exist")
     if cfg.sglang_url:
         u = urlparse(cfg.sglang_url)
         if u.scheme not in ("http", "https") or not u.netloc:

@@ -117,6 +117,10 @@ def families(view: View) -> list:
         success.add_metric([SGLANG_SOURCE], 1.0 if view.scrape["success"] else 0.0)
         duration.add_metric([SGLANG_SOURCE], float(view.scrape["duration"]))
     out += [lines, rot, trunc, cut, up, unparsed, events, success, duration]
+    errors = _family(f"{NS}_worker_errors_total")
+    for worker, n in sorted(view.worker_errors.items()):
+        errors.add_metric([worker], float(n))
+    out.append(errors)
     return out
 
 

@@ -1,15 +1,22 @@
 """The live sidecar: follows log files and scrapes SGLang in background threads, feeding one Engine.
 
-Time is arrival time from an injectable clock. Everything the faces show is taken as a consistent `View`
-under one lock, so a scrape of our /metrics never sees half an update.
+Start-up (`prepare`) happens before the HTTP listener opens: every log is joined at a fixed point and what
+came before it that matters (the latest SGLang start-up, or what was written while the sidecar was down) is
+replayed on the log's own clock, so history lands where it happened and never raises a page. After that,
+time is arrival time from an injectable clock. Everything the faces show is taken as a consistent `View`
+under one lock, so a scrape of our /metrics never sees half an update. Read positions and counters are
+saved to a positions file (checkpoint.py) so a restarted sidecar resumes where it stopped.
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter import __version__
+from exporter import __version__, checkpoint, readback
 from exporter.catalog import SIGNALS_BY_ID
 from exporter.config import Config
 from exporter.engine import Engine, Snapshot
@@ -17,7 +24,10 @@ from exporter.ingest.follower import Follower
 from exporter.ingest.pipeline import Sources as LogSources
 from exporter.scrape import metrics_url, scrape
 
+log = logging.getLogger(__name__)
+
 SGLANG_SOURCE = "sglang_metrics"
+WORKER_RESTART_DELAY = 1.0     # seconds before a worker loop that failed runs again
 
 
 @dataclass
@@ -43,6 +53,7 @@ class View:
     version: str = __version__
     profile: str = ""
     ready: bool = False
+    worker_errors: dict = field(default_factory=dict)   # worker name -> unexpected errors caught
     extra: dict = field(default_factory=dict)
 
 
@@ -53,14 +64,115 @@ class Sidecar:
         self.lock = threading.Lock()
         self.engine = Engine(config, log_fed=bool(config.log_files))
         self.log_sources = LogSources()
-        self.follower = Follower(list(config.log_files), from_start=config.from_start,
-                                 max_line_bytes=config.max_line_bytes) if config.log_files else None
+        self.follower: Follower | None = None
         self.last_scrape: dict | None = {"success": False, "duration": 0.0, "error": "not scraped yet"} \
             if config.sglang_url else None
+        self.scrape_tried = not config.sglang_url
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.started = False
-        self.caught_up = self.follower is None   # first pass over the logs ingested
+        self.prepared = False
+        self.worker_errors: dict[str, int] = {}
+        self.heartbeat: dict[str, float] = {}      # worker -> monotonic time of its last completed iteration
+        self._next_save = 0.0
+        self._saved = None                        # the last Checkpoint written (or loaded)
+
+    # ------------------------------------------------------------------ start-up
+    def prepare(self) -> None:
+        """Join every log at a fixed point and replay its history; call before serving HTTP.
+
+        After this returns, nothing written to a log can be taken for old content and skipped: a line is
+        either history (replayed here, on the log's clock) or read by the follower later."""
+        if not self.config.log_files:
+            self.prepared = True
+            return
+        cfg = self.config
+        saved = checkpoint.load(cfg.positions_file) if cfg.positions_file else None
+        start_at: dict = {}
+        restore = saved.counters if saved else None
+        for path in _existing(cfg.log_files):
+            end = readback.complete_end(path)
+            if end is None:
+                continue
+            size, dev, ino = end
+            pos = (saved.positions.get(path) if saved else None)
+            if pos is not None and _same_file(pos, dev, ino):
+                # resuming: the lines before our position were counted (their counts are in the file); replay
+                # the start-up before it only for its facts and windows, then count from the position on
+                offset = min(int(pos.get("offset", 0)), size)
+                first = readback.find_startup(path, offset, cfg.readback_bytes, cfg.max_line_bytes)
+                if first is not None:
+                    self._replay(path, first, offset, readback.clock_offset(path, size))
+                continue
+            if pos is not None:
+                continue                  # rotated or truncated while we were down: the follower sorts it out
+            if cfg.from_end:
+                ranges = []
+            elif cfg.from_start:
+                ranges = [(path, 0, size)]
+            else:
+                ranges = readback.history(path, size, cfg.readback_bytes, cfg.max_line_bytes)
+                if not ranges:
+                    log.info("log %s: no SGLang start-up in its last %d bytes; joining at the end "
+                             "(start-up facts unknown until SGLang prints them)", path, cfg.readback_bytes)
+            offset = readback.clock_offset(path, size) if ranges else None
+            for file, first, last in ranges:
+                self._replay(file, first, last, offset)
+            start_at[path] = position_at(path, size, dev, ino)
+        with self.lock:
+            if restore is not None:
+                self.engine.state.restore_counters(restore)
+        positions = dict(saved.positions) if saved else {}
+        positions.update(start_at)
+        # every file that exists now has a position: the follower's own from-start rule only concerns files
+        # that appear later (always read whole)
+        self.follower = Follower(list(cfg.log_files), max_line_bytes=cfg.max_line_bytes, positions=positions)
+        self.follower.join()
+        # what was written while we were down (resumed sources) is history too: read it now, on its clock
+        offsets: dict = {}
+        while True:
+            for block in self.follower.poll_blocks():
+                if block.source not in offsets:
+                    end = readback.complete_end(block.source)
+                    offsets[block.source] = readback.clock_offset(block.source, end[0]) if end else None
+                self._ingest_history(self.log_sources.feed_blocks([block]), offsets[block.source])
+            if not self.follower.backlog:
+                break
+        with self.lock:
+            self.engine.evaluate(self.clock())
+        self.save_positions(force=True)
+        self.prepared = True
+
+    def _replay(self, path: str, start: int, end: int, offset: float | None) -> None:
+        """Lines [start, end) of a log, through its parser, into the engine on the log's clock (`offset`
+        seconds from it to real time; None: the log has no timestamps)."""
+        feed = self.log_sources.feed_blocks
+        for block in readback.read_range(path, start, end, self.config.max_line_bytes):
+            self._ingest_history(feed([block]), offset)
+        self._ingest_history(self.log_sources.flush(), offset)
+
+    def _ingest_history(self, items, offset) -> None:
+        """Items stamped at their log time moved to real time by `offset` (never later than now, never
+        before the previous item); items of a log without timestamps are placed out of every window."""
+        now = self.clock()
+        undated = now - HISTORY_UNDATED_AGE
+        engine = self.engine
+        last = None
+        with self.lock:
+            for item in items:
+                row = item.__class__ is tuple
+                ts = item[2] if row else item.ts
+                if ts is not None and isinstance(offset, (int, float)):
+                    t = min(ts + offset, now)
+                    if last is not None and t < last:
+                        t = last
+                    last = t
+                else:
+                    t = last if last is not None else undated
+                if row:
+                    engine.ingest_row(item, t)
+                else:
+                    engine.ingest(item, t)
 
     # ------------------------------------------------------------------ feeding
     def on_lines(self, blocks) -> None:
@@ -72,7 +184,30 @@ class Sidecar:
         with self.lock:
             self.engine.ingest_items(items, now)
             self._update_log_up()
-            self.caught_up = True
+        self.save_positions()
+
+    def save_positions(self, force: bool = False) -> None:
+        """Write the positions file when it is due (every positions_interval seconds) or `force`d.
+
+        Called from the follower's thread after the lines it handed out were ingested, so the positions and
+        the counters in the file describe the same instant."""
+        path = self.config.positions_file
+        if not path or self.follower is None:
+            return
+        now = time.monotonic()
+        if not force and now < self._next_save:
+            return
+        self._next_save = now + self.config.positions_interval
+        with self.lock:
+            cp = checkpoint.Checkpoint(self.follower.positions(), self.engine.state.counters(), self.clock())
+        if self._saved is not None and (cp.positions, cp.counters) == (self._saved.positions, self._saved.counters):
+            return
+        try:
+            checkpoint.save(path, cp)
+            self._saved = cp
+        except OSError as exc:
+            self._count_error("positions")
+            log.warning("positions file %s: cannot write (%s)", path, exc.strerror or exc)
 
     def _update_log_up(self) -> None:
         if self.follower is not None:
@@ -80,6 +215,8 @@ class Sidecar:
 
     def poll_logs_once(self) -> None:
         """One follower pass (tests and the demo call this instead of running threads)."""
+        if not self.prepared:
+            self.prepare()
         if self.follower is not None:
             self.on_lines(self.follower.poll_blocks())
 
@@ -94,25 +231,46 @@ class Sidecar:
             self.engine.set_sources(metrics_up=res.success)
             if res.success:
                 self.engine.ingest_scrape(res, now)
+        self.scrape_tried = True
 
     # ------------------------------------------------------------------ threads
     def start(self) -> None:
+        if not self.prepared:
+            self.prepare()
         if self.follower is not None:
             # appends are picked up by the poll timer; inotify wakes us for rotations (see Follower.run)
-            t = threading.Thread(target=self.follower.run, name="follow", daemon=True,
-                                 args=(self.on_lines, self.stop, self.config.poll_interval),
-                                 kwargs={"wake_on_append": False, "blocks": True})
-            self.threads.append(t)
+            follower = self.follower
+            self._spawn("follow", lambda: follower.run(self.on_lines, self.stop, self.config.poll_interval,
+                                                       wake_on_append=False, blocks=True))
         if self.config.sglang_url:
-            self.threads.append(threading.Thread(target=self._scrape_loop, name="scrape", daemon=True))
-        self.threads.append(threading.Thread(target=self._evaluate_loop, name="evaluate", daemon=True))
-        for t in self.threads:
-            t.start()
+            self._spawn("scrape", self._scrape_loop)
+        self._spawn("evaluate", self._evaluate_loop)
         self.started = True
+
+    def _spawn(self, name: str, loop: Callable[[], None]) -> None:
+        t = threading.Thread(target=self._supervised, args=(name, loop), name=name, daemon=True)
+        self.heartbeat[name] = time.monotonic()
+        self.threads.append(t)
+        t.start()
+
+    def _supervised(self, name: str, loop: Callable[[], None]) -> None:
+        """Run a worker loop until stop; whatever escapes it is logged, counted, and the loop runs again."""
+        while not self.stop.is_set():
+            try:
+                loop()
+                return
+            except Exception:
+                self._count_error(name)
+                log.exception("worker %s failed; restarting it in %.0f s", name, WORKER_RESTART_DELAY)
+                self.stop.wait(WORKER_RESTART_DELAY)
+
+    def _count_error(self, worker: str) -> None:
+        self.worker_errors[worker] = self.worker_errors.get(worker, 0) + 1
 
     def _scrape_loop(self) -> None:
         while not self.stop.is_set():
             self.scrape_once()
+            self.heartbeat["scrape"] = time.monotonic()
             self.stop.wait(self.config.scrape_interval)
 
     def _evaluate_loop(self) -> None:
@@ -120,13 +278,30 @@ class Sidecar:
         while not self.stop.wait(self.config.evaluate_interval):
             with self.lock:
                 self.engine.evaluate(self.clock())
+            self.heartbeat["evaluate"] = time.monotonic()
 
     def shutdown(self, timeout: float = 5.0) -> None:
         self.stop.set()
         for t in self.threads:
             t.join(timeout)
         if self.follower is not None:
+            if not any(t.name == "follow" and t.is_alive() for t in self.threads):
+                self.save_positions(force=True)
             self.follower.close()
+
+    def healthy(self) -> tuple[bool, str]:
+        """Whether every worker runs: False (and which) when a thread is gone or the evaluator is stuck, so
+        /healthz fails and Kubernetes restarts the container."""
+        if not self.started:
+            return True, "ok"
+        for t in self.threads:
+            if not t.is_alive() and not self.stop.is_set():
+                return False, f"worker {t.name} stopped"
+        beat = self.heartbeat.get("evaluate")
+        limit = max(60.0, 10 * self.config.evaluate_interval)
+        if beat is not None and time.monotonic() - beat > limit:
+            return False, "worker evaluate stuck"
+        return True, "ok"
 
     # ------------------------------------------------------------------ reading
     def view(self) -> View:
@@ -161,6 +336,7 @@ class Sidecar:
                 scrape=dict(self.last_scrape) if self.last_scrape is not None else None,
                 profile=self.config.profile,
                 ready=self.ready(),
+                worker_errors=dict(self.worker_errors),
             )
 
     def _format_family(self) -> str:
@@ -170,8 +346,31 @@ class Sidecar:
         return ""
 
     def ready(self) -> bool:
-        """Ready once the threads run and the first pass over the logs is in.
+        """Ready once every log is joined at its position (or known missing) with its history replayed, and
+        SGLang's /metrics was tried once. Nothing about traffic: a quiet SGLang must never make us unready.
 
-        A down SGLang must not make us unready: a ServiceMonitor
-        would then stop scraping us, and the "SGLang is down" signal would vanish with it."""
-        return self.started and self.caught_up
+        A down SGLang must not make us unready either: a ServiceMonitor would then stop scraping us, and the
+        "SGLang is down" signal would vanish with it."""
+        return self.prepared and self.scrape_tried
+
+
+HISTORY_UNDATED_AGE = 86400.0     # replayed lines without any timestamp land this far back: outside every window
+
+
+def _existing(patterns) -> list[str]:
+    """The files the patterns name now (globs expanded), in a stable order."""
+    import glob
+    out: list[str] = []
+    for pat in patterns:
+        paths = sorted(glob.glob(pat, recursive=True)) if any(c in pat for c in "*?[") else [pat]
+        out += [p for p in paths if p not in out and os.path.isfile(p)]
+    return out
+
+
+def _same_file(pos: dict, dev: int, ino: int) -> bool:
+    return pos.get("dev") == dev and pos.get("ino") == ino
+
+
+def position_at(path: str, offset: int, dev: int, ino: int) -> dict:
+    """A follower position that starts reading `path` (the file dev/ino) at byte `offset`."""
+    return {"dev": dev, "ino": ino, "offset": offset}

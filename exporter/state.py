@@ -563,6 +563,33 @@ class ServerState:
             while len(h.snapshots) > 1000:
                 h.snapshots.popleft()
 
+    # ------------------------------------------------------------------ durability
+    _COUNTERS = ("retractions_total", "retracted_requests_total", "watchdog_total", "restarts")
+    _COUNTER_MAPS = ("oom_total", "events_total")
+
+    def counters(self) -> dict:
+        """Every cumulative count, for the positions file (checkpoint.py): restored after a sidecar restart,
+        so our counters never go back and each line is counted once."""
+        out: dict = {k: getattr(self, k) for k in self._COUNTERS}
+        for k in self._COUNTER_MAPS:
+            out[k] = dict(getattr(self, k))
+        return out
+
+    def restore_counters(self, saved: dict) -> None:
+        """Set the counters to what `counters()` gave before a restart. A value that is not a count (a foreign
+        or damaged file) is skipped: that counter starts from what this process counted."""
+        def count(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62
+        for k in self._COUNTERS:
+            if count(saved.get(k)):
+                setattr(self, k, saved[k])
+        for k in self._COUNTER_MAPS:
+            m = saved.get(k)
+            if isinstance(m, dict):
+                target = getattr(self, k)
+                target.clear()
+                target.update({str(key): v for key, v in m.items() if count(v)})
+
     # ------------------------------------------------------------------ time
     def expire(self, now: float) -> None:
         self.samples.expire(now)

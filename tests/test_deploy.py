@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -275,7 +276,9 @@ def test_exporter_probes_and_resources(rendered):
     _, objs = rendered
     exp = exporter_container(objs)
     assert exp["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert exp["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    # a native sidecar's readiness and startup gate the Pod: the exporter must never take SGLang out of
+    # service nor hold its start, so it has neither probe (docs/deploy.md)
+    assert "readinessProbe" not in exp and "startupProbe" not in exp
     assert exp["resources"] == {"requests": {"cpu": "20m", "memory": "48Mi"},
                                 "limits": {"cpu": "200m", "memory": "128Mi"}}
 
@@ -298,6 +301,10 @@ def test_exporter_config(rendered, tmp_path):
     assert {"name": "http", "containerPort": 30000, "protocol": "TCP"} in sg["ports"]
     handoff_file = next(a.split("=", 1)[1] for a in sg["command"] if a.startswith("--file="))
     assert list(cfg.log_files) == [handoff_file]
+    # the positions file lives on a volume of the pod (it survives container restarts), writable
+    state_dir = os.path.dirname(cfg.positions_file)
+    assert mounts["exporter-state"]["mountPath"] == state_dir and not mounts["exporter-state"].get("readOnly")
+    assert "emptyDir" in {v["name"]: v for v in pod_spec(objs)["volumes"]}["exporter-state"]
     assert mounts["logs"]["readOnly"] is True and handoff_file.startswith(mounts["logs"]["mountPath"] + "/")
 
 

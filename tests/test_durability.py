@@ -1,0 +1,282 @@
+"""The sidecar never harms the server and loses no line: readiness without traffic, the join before HTTP
+answers, history on the log's clock, and exactly-once counting across SIGKILL, restart and rotation.
+
+Real processes, real files, real HTTP on 127.0.0.1; waits are polls with deadlines.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from helpers import free_port, wait_until
+
+from exporter import checkpoint
+from exporter.config import Config
+from exporter.server import make_server, serve_in_thread
+from exporter.sidecar import Sidecar
+
+ROOT = Path(__file__).resolve().parent.parent
+GIB = 1 << 30
+
+
+def stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def startup_block(t: datetime, avail_gb: float = 6.5) -> str:
+    return (f"[{stamp(t)}] server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct', tp_size=1, "
+            f"mem_fraction_static=0.88, max_running_requests=None, cuda_graph_max_bs=160)\n"
+            f"[{stamp(t)} TP0] Load weight begin. avail mem=78.50 GB\n"
+            f"[{stamp(t)} TP0] max_total_num_tokens=400000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+            f"max_running_requests=2048, context_len=32768, available_gpu_mem={avail_gb:.2f} GB\n"
+            f"[{stamp(t)}] The server is fired up and ready to roll!\n")
+
+
+def retraction(t: datetime, n: int) -> str:
+    # the number rides in #retracted_reqs so a lost or doubled line changes retracted_requests_total too
+    return (f"[{stamp(t)} TP0] KV cache pool is full. Retract requests. #retracted_reqs: {n}, "
+            f"#new_token_ratio: 0.7000 -> 0.8000\n")
+
+
+def metric(text: str, name: str) -> float | None:
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+# ----------------------------------------------------------------------------------------- readiness
+
+
+def test_ready_on_a_quiet_log_without_traffic_and_start_up_facts_known(tmp_path):
+    """A sidecar started next to a quiet SGLang (start-up printed an hour ago, nothing since) is ready at once
+    and knows the headroom from the start-up block it read back: no log line needs to arrive."""
+    log = tmp_path / "sglang.log"
+    t0 = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(hours=1)
+    log.write_text("noise before\n" * 50 + startup_block(t0, avail_gb=6.5))
+    hour_ago = time.time() - 3600
+    os.utime(log, (hour_ago, hour_ago))
+    port = free_port()
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "exporter", "serve", "--log-file", str(log),
+                             "--listen", f"127.0.0.1:{port}"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        status, _ = wait_until(lambda: _try_get(f"http://127.0.0.1:{port}/readyz"), timeout=20,
+                               what="/readyz answering")
+        took = time.monotonic() - started
+        assert status == 200, "the first answer of /readyz must already be ready: the join precedes HTTP"
+        assert took < 2.0 + _python_start_allowance(), f"ready after {took:.2f} s"
+        _, text = get(f"http://127.0.0.1:{port}/metrics")
+        assert metric(text, "sglang_exporter_gpu_headroom_bytes") == pytest.approx(6.5 * GIB)
+        assert metric(text, "sglang_exporter_max_running_requests") == 2048
+        # the hour-old start-up is history: it counts as one start, not as a restart now
+        assert metric(text, "sglang_exporter_server_restarts_total") == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+def _try_get(url: str):
+    try:
+        return get(url, timeout=1.0)
+    except OSError:
+        return None
+
+
+def _python_start_allowance() -> float:
+    """The interpreter's own start-up (imports), measured here, is not the sidecar's to answer for."""
+    t = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import exporter.cli, exporter.server, exporter.sidecar"], cwd=ROOT,
+                   check=True)
+    return time.monotonic() - t
+
+
+def _start_in_process(cfg: Config):
+    """What `serve` does, in this process: bind, join and replay, then answer."""
+    sc = Sidecar(cfg)
+    server = make_server(sc, "127.0.0.1", 0)
+    sc.start()
+    serve_in_thread(server)
+    return sc, server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _stop_in_process(sc: Sidecar, server) -> None:
+    server.shutdown()
+    server.server_close()
+    sc.shutdown(timeout=10)
+
+
+@pytest.mark.parametrize("rep", range(50))
+def test_lines_written_right_after_metrics_first_answers_are_all_counted(tmp_path, rep):
+    """The start race: whatever is appended once /metrics has answered is read, never taken for old content."""
+    log = tmp_path / "sglang.log"
+    t = datetime.now(timezone.utc).replace(tzinfo=None)
+    log.write_text("".join(retraction(t, 1) for _ in range(7)))      # existing content: not counted
+    sc, server, base = _start_in_process(Config(log_files=(str(log),), from_end=True, poll_interval=0.02))
+    try:
+        status, text = get(base + "/metrics")
+        assert status == 200
+        before = metric(text, "sglang_exporter_retractions_total")
+        n = 1 + rep % 5
+        with open(log, "a") as fh:
+            fh.write("".join(retraction(t, 1) for _ in range(n)))
+        wait_until(lambda: metric(get(base + "/metrics")[1], "sglang_exporter_retractions_total") == before + n,
+                   timeout=10, what=f"{n} retractions counted")
+    finally:
+        _stop_in_process(sc, server)
+    assert before == 0
+
+
+def test_history_is_replayed_on_the_logs_clock_and_never_pages(tmp_path):
+    """300 retractions spread over the last three hours are 1.7/min of history, not a storm now: replayed with
+    --from-start they land where they happened (the log's clock, mapped to real time by the file's mtime)."""
+    log = tmp_path / "sglang.log"
+    now = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(hours=5)   # a log in UTC+5 local time
+    start = now - timedelta(hours=3)
+    lines = [startup_block(start - timedelta(minutes=1))]
+    for i in range(300):
+        lines.append(retraction(start + timedelta(seconds=36 * i), 1))
+    log.write_text("".join(lines))
+    sc, server, base = _start_in_process(Config(log_files=(str(log),), from_start=True, poll_interval=0.05))
+    try:
+        doc = __import__("json").loads(get(base + "/api/v1/signals")[1])
+        states = {s["id"]: s["state"] for s in doc["signals"]}
+        assert states["retraction_storm"] != "firing"
+        _, text = get(base + "/metrics")
+        assert metric(text, "sglang_exporter_retractions_total") == 300
+        per_min = metric(text, "sglang_exporter_retractions_per_minute")
+        assert per_min is not None and per_min < 3, per_min        # ~1.7/min over the last 10 minutes
+        assert metric(text, "sglang_exporter_gpu_headroom_bytes") == pytest.approx(6.5 * GIB)
+    finally:
+        _stop_in_process(sc, server)
+
+
+def test_a_corrupt_positions_file_is_a_warning_and_a_fresh_start(tmp_path, caplog):
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    pos = tmp_path / "positions.json"
+    for junk in (b"\x00\xff garbage", b'{"format": "something-else"}', b"[1, 2]",
+                 b'{"format": "sglang-exporter-positions", "version": 99}'):
+        pos.write_bytes(junk)
+        sc = Sidecar(Config(log_files=(str(log),), positions_file=str(pos)))
+        sc.prepare()
+        assert sc.ready() and sc.follower is not None
+        # and the file is ours again, readable
+        assert checkpoint.load(str(pos)) is not None
+        sc.shutdown()
+    assert "starting fresh" in caplog.text
+
+
+# ----------------------------------------------------------------------------------------- SIGKILL
+
+
+class Writer(threading.Thread):
+    """Appends numbered retraction lines at a steady rate (>= 1,000 lines/s), rotating the log when asked.
+
+    The writer holds its file open as SGLang's logging does; `reopen` tells it to reopen the path (logrotate's
+    postrotate / a handler that reopens)."""
+
+    def __init__(self, path: Path, total: int, rate: float):
+        super().__init__(daemon=True)
+        self.path, self.total, self.rate = path, total, rate
+        self.written = 0
+        self.lock = threading.Lock()
+        self.fh = open(path, "a", buffering=1)  # noqa: SIM115 - closed at the end of run
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        base = datetime.now(timezone.utc).replace(tzinfo=None)
+        while self.written < self.total:
+            due = int((time.monotonic() - t0) * self.rate) + 1
+            with self.lock:
+                while self.written < min(due, self.total):
+                    self.fh.write(retraction(base, self.written + 1))
+                    self.written += 1
+                self.fh.flush()
+            time.sleep(0.001)    # pacing the writer, not waiting for a condition
+        with self.lock:
+            self.fh.close()
+
+    def rotate(self, mode: str) -> None:
+        with self.lock:
+            if mode == "rename":
+                os.rename(self.path, str(self.path) + ".1")
+                self.fh.close()
+                self.fh = open(self.path, "a", buffering=1)  # noqa: SIM115
+            elif mode == "copytruncate":
+                self.fh.flush()
+                with open(self.path, "rb") as src, open(str(self.path) + ".1", "wb") as dst:
+                    dst.write(src.read())
+                os.truncate(self.path, 0)
+
+
+def _serve(log: Path, positions: Path, port: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "exporter", "serve", "--log-file", str(log),
+                             "--positions-file", str(positions), "--from-end", "--listen", f"127.0.0.1:{port}"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "SGLANG_EXPORTER_POLL_INTERVAL": "0.05",
+                                 "SGLANG_EXPORTER_POSITIONS_INTERVAL": "0.2"})
+
+
+def _counts(port: int):
+    r = _try_get(f"http://127.0.0.1:{port}/metrics")
+    if r is None or r[0] != 200:
+        return None
+    return (metric(r[1], "sglang_exporter_retractions_total"),
+            metric(r[1], "sglang_exporter_retracted_requests_total"))
+
+
+@pytest.mark.parametrize("mode,rep", [(m, r) for m in ("none", "rename", "copytruncate") for r in range(7)])
+def test_sigkill_restart_and_rotation_count_every_line_exactly_once(tmp_path, mode, rep):
+    """A writer at 2,000 lines/s; the sidecar is SIGKILLed at random points and restarted from its positions
+    file, and the log is rotated meanwhile: at the end, every line is counted once (the retraction count and
+    the sum of the numbers the lines carry both match what was written)."""
+    rnd = random.Random(f"{mode}-{rep}")
+    log, positions = tmp_path / "sglang.log", tmp_path / "positions.json"
+    log.write_text("")
+    total = 2400
+    writer = Writer(log, total, rate=2000)
+    port = free_port()
+    proc = _serve(log, positions, port)
+    try:
+        wait_until(lambda: _counts(port) is not None, timeout=20, what="first answer")
+        writer.start()
+        kills = sorted(rnd.sample(range(200, total - 200), 2))
+        rotate_at = rnd.randrange(300, total - 300)
+        rotated = False
+        for k in kills:
+            while writer.written < k:
+                if mode != "none" and not rotated and writer.written >= rotate_at:
+                    writer.rotate(mode)
+                    rotated = True
+                time.sleep(0.001)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+            proc = _serve(log, positions, port)
+            wait_until(lambda: _counts(port) is not None, timeout=20, what="answer after restart")
+        if mode != "none" and not rotated:
+            wait_until(lambda: writer.written >= rotate_at, timeout=20, what="rotation point")
+            writer.rotate(mode)
+        writer.join(timeout=30)
+        expected = (total, total * (total + 1) // 2)
+        wait_until(lambda: _counts(port) == expected, timeout=20,
+                   what=f"counts {expected} (have {_counts(port)})")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
