@@ -214,20 +214,40 @@ def test_rotation_matrix_cri_partials_through_decoder(tmp_path, pieces, poll_eve
     f.close()
 
 
-def test_copytruncate_loss_window_is_exactly_the_unread_tail(tmp_path):
-    """Documented limit: lines written after the follower's last poll and before the truncation are lost
-    (the data is gone from the file; only the copy has them). Nothing else is lost or repeated."""
+def test_copytruncate_unread_tail_is_read_from_the_copy(tmp_path):
+    """Lines written after the follower's last poll and before the truncation are gone from the file, but
+    the copy holds them: they are read from it (from our offset), then the file from 0."""
     p = tmp_path / "app.log"
     p.write_text("".join(f"{numbered(i)}\n" for i in range(10)))
     f = Follower([str(p)], from_start=True)
     assert len(f.poll()) == 10
     with open(p, "a") as fh:
-        fh.write("".join(f"{numbered(i)}\n" for i in range(10, 15)))   # not yet read ...
+        fh.write("".join(f"{numbered(i)}\n" for i in range(10, 15)) + "half of 15")   # not yet read ...
+    (tmp_path / "app.log.2").write_text(numbered(0) + "\n")    # an older copy: its head differs
     shutil.copyfile(p, tmp_path / "app.log.1")
-    os.truncate(p, 0)                                                  # ... and gone
+    os.truncate(p, 0)                                                  # ... and gone from the file
     with open(p, "a") as fh:
-        fh.write("".join(f"{numbered(i)}\n" for i in range(15, 20)))
-    assert texts(f.poll()) == [numbered(i) for i in range(15, 20)]
+        fh.write("".join(f"{numbered(i)}\n" for i in range(16, 20)))
+    lines = f.poll()
+    assert texts(lines) == [numbered(i) for i in range(10, 15)] + ["half of 15"] + [numbered(i) for i in range(16, 20)]
+    assert [ln.lineno for ln in lines] == [11, 12, 13, 14, 15, 16, 1, 2, 3, 4]
+    assert f.stats[str(p)].truncations == 1 and f.stats[str(p)].rotated_unread == 0
+
+
+def test_copytruncate_without_a_copy_restarts_at_zero(tmp_path):
+    """The copy compressed away before the poll (no delaycompress): what was unread is lost, the rest is
+    read from 0."""
+    p = tmp_path / "app.log"
+    p.write_text("".join(f"{numbered(i)}\n" for i in range(10)))
+    f = Follower([str(p)], from_start=True)
+    assert len(f.poll()) == 10
+    with open(p, "a") as fh:
+        fh.write(numbered(10) + "\n")
+    shutil.copyfile(p, tmp_path / "app.log.1.gz")                      # compressed: not readable
+    os.truncate(p, 0)
+    with open(p, "a") as fh:
+        fh.write(numbered(11) + "\n")
+    assert texts(f.poll()) == [numbered(11)]
     assert f.stats[str(p)].truncations == 1
 
 
@@ -262,7 +282,8 @@ def test_larger_rewrite_detected_by_head_fingerprint(tmp_path):
 def test_held_partial_emitted_when_file_truncated_or_rotated(tmp_path):
     p = tmp_path / "app.log"
     p.write_bytes(b"done\nhalf a li")
-    f = Follower([str(p)], from_start=True)
+    now = [0.0]
+    f = Follower([str(p)], from_start=True, rotate_grace=5.0, clock=lambda: now[0])
     assert texts(f.poll()) == ["done"]
     p.write_bytes(b"")                           # truncated: "half a li" will never be finished
     assert texts(f.poll()) == ["half a li"]
@@ -271,8 +292,13 @@ def test_held_partial_emitted_when_file_truncated_or_rotated(tmp_path):
     assert texts(f.poll()) == ["new"]
     os.rename(p, tmp_path / "app.log.1")
     p.write_bytes(b"fresh\n")
-    lines = f.poll()
-    assert [(ln.text, ln.lineno) for ln in lines] == [("again half", 2), ("fresh", 1)]
+    assert [(ln.text, ln.lineno) for ln in f.poll()] == [("fresh", 1)]
+    with open(tmp_path / "app.log.1", "ab") as fh:
+        fh.write(b" done\nlate half")            # the writer reopens late: the renamed file is read on
+    assert [(ln.text, ln.lineno) for ln in f.poll()] == [("again half done", 2)]
+    now[0] += 5.0                                # quiet for the grace period: let go, held half emitted
+    assert [(ln.text, ln.lineno) for ln in f.poll()] == [("late half", 3)]
+    assert f._tails[str(p)].old == [] and not f.stats[str(p)].stale
 
 
 def test_deleted_file_is_released_and_read_again_when_recreated(tmp_path):
@@ -346,7 +372,7 @@ def test_ten_megabyte_line_without_newline_keeps_memory_bounded(tmp_path, max_li
         tracemalloc.stop()
     assert [(len(ln.text), ln.cut) for ln in lines] == [(max_line_bytes, True)]
     assert peak < peak_limit, f"peak {peak} bytes while reading a 10 MiB line"
-    assert len(f._tails[str(p)].split.buf) == 0
+    assert len(f._tails[str(p)].cur.split.buf) == 0
     with open(p, "ab") as fh:
         fh.write(b"Z" * 1000 + b"\nnext line\n")
     assert [(ln.lineno, ln.text) for ln in f.poll()] == [(2, "next line")]
@@ -506,7 +532,7 @@ def test_close_releases_files(tmp_path):
     p.write_text("x\n")
     f = Follower([str(p)])
     f.poll()
-    fd = f._tails[str(p)].fd
+    fd = f._tails[str(p)].cur.fd
     f.close()
     with pytest.raises(OSError):
         os.fstat(fd)
