@@ -272,8 +272,12 @@ class _File:
         self.split.discard = skip
 
     def take_fp(self) -> None:
-        if len(self.fp) < FINGERPRINT_BYTES and self.offset > len(self.fp):
-            self.fp = os.pread(self.fd, min(FINGERPRINT_BYTES, self.offset), 0)
+        # The head as far as it exists, read or not: a copy or a rotated file is recognised by it even when
+        # the position is at 0 with an unfinished first line.
+        if len(self.fp) < FINGERPRINT_BYTES:
+            head = os.pread(self.fd, FINGERPRINT_BYTES, 0)
+            if head.startswith(self.fp):      # else rewritten: the next poll's head check sees it
+                self.fp = head
 
     def entry(self) -> dict:
         return {"dev": self.dev, "ino": self.ino, "offset": self.offset - len(self.split.buf),
@@ -608,7 +612,7 @@ class Follower:
             return True
         quiet = now - max(f.since, f.grew_at) >= self.rotate_grace
         # a stale file is let go only once the writer has moved on to the new file
-        moved_on = not f.stale or (t.cur is not None and t.cur.grew_at > f.grew_at)
+        moved_on = not f.stale or (t.cur is not None and t.cur.grew_at >= f.grew_at)
         if f.once or fst.st_size < f.offset or (quiet and moved_on):
             f.split.flush(out)                          # its unfinished last line will never be finished
             f.close()
@@ -624,7 +628,7 @@ class Follower:
 
     def _truncated(self, t: _Tail, out: list[Block], now: float) -> None:
         cur = t.cur
-        copy = find_copy(os.path.realpath(t.path), cur.fp, cur.offset) if cur.offset else None
+        copy = find_copy(os.path.realpath(t.path), cur.fp, cur.offset)
         f = self._reopen_at(copy, {"offset": cur.offset, "lineno": 0, "skip": False}, cur.fp) if copy else None
         if f is not None:
             # copytruncate: the lines between our offset and the truncation point are in the copy; our
