@@ -6,6 +6,7 @@ deadline (helpers.wait_until).
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import sys
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from exporter.ingest import follower as follower_mod
 from exporter.ingest.containers import ContainerDecoder
 from exporter.ingest.follower import Follower, FollowStats, Line, _cut_point, _Splitter, expand, read_lines
+from exporter.ingest.positions import PositionsError, dump_positions, load_positions
 
 
 def texts(lines: list[Line]) -> list[str]:
@@ -214,20 +216,40 @@ def test_rotation_matrix_cri_partials_through_decoder(tmp_path, pieces, poll_eve
     f.close()
 
 
-def test_copytruncate_loss_window_is_exactly_the_unread_tail(tmp_path):
-    """Documented limit: lines written after the follower's last poll and before the truncation are lost
-    (the data is gone from the file; only the copy has them). Nothing else is lost or repeated."""
+def test_copytruncate_unread_tail_is_read_from_the_copy(tmp_path):
+    """Lines written after the follower's last poll and before the truncation are gone from the file, but
+    the copy holds them: they are read from it (from our offset), then the file from 0."""
     p = tmp_path / "app.log"
     p.write_text("".join(f"{numbered(i)}\n" for i in range(10)))
     f = Follower([str(p)], from_start=True)
     assert len(f.poll()) == 10
     with open(p, "a") as fh:
-        fh.write("".join(f"{numbered(i)}\n" for i in range(10, 15)))   # not yet read ...
+        fh.write("".join(f"{numbered(i)}\n" for i in range(10, 15)) + "half of 15")   # not yet read ...
+    (tmp_path / "app.log.2").write_text(numbered(0) + "\n")    # an older copy: its head differs
     shutil.copyfile(p, tmp_path / "app.log.1")
-    os.truncate(p, 0)                                                  # ... and gone
+    os.truncate(p, 0)                                                  # ... and gone from the file
     with open(p, "a") as fh:
-        fh.write("".join(f"{numbered(i)}\n" for i in range(15, 20)))
-    assert texts(f.poll()) == [numbered(i) for i in range(15, 20)]
+        fh.write("".join(f"{numbered(i)}\n" for i in range(16, 20)))
+    lines = f.poll()
+    assert texts(lines) == [numbered(i) for i in range(10, 15)] + ["half of 15"] + [numbered(i) for i in range(16, 20)]
+    assert [ln.lineno for ln in lines] == [11, 12, 13, 14, 15, 16, 1, 2, 3, 4]
+    assert f.stats[str(p)].truncations == 1 and f.stats[str(p)].rotated_unread == 0
+
+
+def test_copytruncate_without_a_copy_restarts_at_zero(tmp_path):
+    """The copy compressed away before the poll (no delaycompress): what was unread is lost, the rest is
+    read from 0."""
+    p = tmp_path / "app.log"
+    p.write_text("".join(f"{numbered(i)}\n" for i in range(10)))
+    f = Follower([str(p)], from_start=True)
+    assert len(f.poll()) == 10
+    with open(p, "a") as fh:
+        fh.write(numbered(10) + "\n")
+    shutil.copyfile(p, tmp_path / "app.log.1.gz")                      # compressed: not readable
+    os.truncate(p, 0)
+    with open(p, "a") as fh:
+        fh.write(numbered(11) + "\n")
+    assert texts(f.poll()) == [numbered(11)]
     assert f.stats[str(p)].truncations == 1
 
 
@@ -262,7 +284,8 @@ def test_larger_rewrite_detected_by_head_fingerprint(tmp_path):
 def test_held_partial_emitted_when_file_truncated_or_rotated(tmp_path):
     p = tmp_path / "app.log"
     p.write_bytes(b"done\nhalf a li")
-    f = Follower([str(p)], from_start=True)
+    now = [0.0]
+    f = Follower([str(p)], from_start=True, rotate_grace=5.0, clock=lambda: now[0])
     assert texts(f.poll()) == ["done"]
     p.write_bytes(b"")                           # truncated: "half a li" will never be finished
     assert texts(f.poll()) == ["half a li"]
@@ -271,8 +294,13 @@ def test_held_partial_emitted_when_file_truncated_or_rotated(tmp_path):
     assert texts(f.poll()) == ["new"]
     os.rename(p, tmp_path / "app.log.1")
     p.write_bytes(b"fresh\n")
-    lines = f.poll()
-    assert [(ln.text, ln.lineno) for ln in lines] == [("again half", 2), ("fresh", 1)]
+    assert [(ln.text, ln.lineno) for ln in f.poll()] == [("fresh", 1)]
+    with open(tmp_path / "app.log.1", "ab") as fh:
+        fh.write(b" done\nlate half")            # the writer reopens late: the renamed file is read on
+    assert [(ln.text, ln.lineno) for ln in f.poll()] == [("again half done", 2)]
+    now[0] += 5.0                                # quiet for the grace period: let go, held half emitted
+    assert [(ln.text, ln.lineno) for ln in f.poll()] == [("late half", 3)]
+    assert f._tails[str(p)].old == [] and not f.stats[str(p)].stale
 
 
 def test_deleted_file_is_released_and_read_again_when_recreated(tmp_path):
@@ -346,7 +374,7 @@ def test_ten_megabyte_line_without_newline_keeps_memory_bounded(tmp_path, max_li
         tracemalloc.stop()
     assert [(len(ln.text), ln.cut) for ln in lines] == [(max_line_bytes, True)]
     assert peak < peak_limit, f"peak {peak} bytes while reading a 10 MiB line"
-    assert len(f._tails[str(p)].split.buf) == 0
+    assert len(f._tails[str(p)].cur.split.buf) == 0
     with open(p, "ab") as fh:
         fh.write(b"Z" * 1000 + b"\nnext line\n")
     assert [(ln.lineno, ln.text) for ln in f.poll()] == [(2, "next line")]
@@ -506,7 +534,7 @@ def test_close_releases_files(tmp_path):
     p.write_text("x\n")
     f = Follower([str(p)])
     f.poll()
-    fd = f._tails[str(p)].fd
+    fd = f._tails[str(p)].cur.fd
     f.close()
     with pytest.raises(OSError):
         os.fstat(fd)
@@ -702,3 +730,208 @@ def test_unreadable_file_is_down_with_error_then_recovers(tmp_path, monkeypatch)
     monkeypatch.setattr(follower_mod.os, "open", real_open)
     assert texts(f.poll()) == ["one"]           # opened after start: read from its start
     assert f.stats[str(p)].up and f.stats[str(p)].last_error is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# join() and positions: restarting where the last run stopped
+
+
+def _append(p: Path, data: bytes) -> None:
+    with open(p, "ab") as fh:
+        fh.write(data)
+
+
+def _restart(f: Follower, patterns: list[str], **kw) -> Follower:
+    """What a restart sees: the positions saved (through their on-disk form), a new follower."""
+    return Follower(patterns, positions=load_positions(dump_positions(f.positions())), **kw)
+
+
+def test_join_opens_at_the_end_reading_nothing(tmp_path, monkeypatch):
+    a, missing, secret = tmp_path / "a.log", tmp_path / "later.log", tmp_path / "secret.log"
+    a.write_text("old 1\nold 2\n")
+    secret.write_text("x\n")
+    real_open = os.open
+    monkeypatch.setattr(follower_mod.os, "open", lambda path, *a, **kw: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied")) if str(path) == str(secret) else real_open(path, *a, **kw))
+    f = Follower([str(a), str(missing), str(secret), str(tmp_path / "none" / "*.log")])
+    status = f.join()
+    assert status == {str(a): "open", str(missing): "missing", str(secret): "error: cannot open: Permission denied",
+                      str(tmp_path / "none" / "*.log"): "missing"}
+    _append(a, b"new\n")                          # written after join: never taken for old content
+    assert [(ln.lineno, ln.text) for ln in f.poll()] == [(3, "new")]
+    assert f.join() == f.join_status()             # idempotent
+
+
+def test_positions_end_before_a_held_unfinished_line(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"one\ntwo\nhal")
+    f = Follower([str(p)], from_start=True)
+    assert texts(f.poll()) == ["one", "two"]
+    e = f.positions()[str(p)]
+    st = os.stat(p)
+    assert (e["dev"], e["ino"], e["offset"], e["lineno"], e["skip"]) == (st.st_dev, st.st_ino, 8, 2, False)
+    assert bytes.fromhex(e["fp"]) == p.read_bytes() and e["fp_len"] == 11 and e["draining"] == []
+    _append(p, b"f\n")
+    g = _restart(f, [str(p)])
+    assert g.join() == {str(p): "open"}
+    assert [(ln.lineno, ln.text) for ln in g.poll()] == [(3, "half")]
+
+
+def test_positions_inside_the_cut_rest_of_a_long_line(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"ok\n" + b"L" * 50)
+    f = Follower([str(p)], from_start=True, max_line_bytes=10)
+    assert [(ln.text, ln.cut) for ln in f.poll()] == [("ok", False), ("L" * 10, True)]
+    assert f.positions()[str(p)]["skip"] is True
+    _append(p, b"LLL\nnext\n")
+    g = _restart(f, [str(p)], max_line_bytes=10)
+    assert [(ln.lineno, ln.text) for ln in g.poll()] == [(3, "next")]
+
+
+def test_restart_same_file_resumes_at_the_saved_offset(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_text("1\n2\n")
+    f = Follower([str(p)], from_start=True)
+    assert texts(f.poll()) == ["1", "2"]
+    _append(p, b"3\n4\n")                          # written while the exporter was down
+    g = _restart(f, [str(p)])                      # joined at the saved offset, not at the end
+    assert [(ln.lineno, ln.text) for ln in g.poll()] == [(3, "3"), (4, "4")]
+    assert g.stats[str(p)] == FollowStats(lines_read=2, up=True)
+
+
+def test_restart_after_a_rename_rotation_finishes_the_rotated_file_first(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_text("1\n")
+    f = Follower([str(p)], from_start=True)
+    assert texts(f.poll()) == ["1"]
+    _append(p, b"2\n")
+    os.rename(p, tmp_path / "a.log-20250811")      # logrotate dateext, while down
+    p.write_text("3\n")
+    g = _restart(f, [str(p)])
+    assert g.join() == {str(p): "open"}
+    assert [(ln.lineno, ln.text) for ln in g.poll()] == [(2, "2"), (1, "3")]
+    assert g.stats[str(p)].rotations == 1 and g.stats[str(p)].rotated_unread == 0
+
+
+def test_restart_after_truncation_reads_from_zero(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_text("first content 1\nfirst content 2\n")
+    f = Follower([str(p)], from_start=True)
+    assert len(f.poll()) == 2
+    p.write_text("second\n")                       # truncated and rewritten (no copy): same inode
+    g = _restart(f, [str(p)])
+    assert [(ln.lineno, ln.text) for ln in g.poll()] == [(1, "second")]
+    assert g.stats[str(p)].truncations == 1
+
+
+def test_restart_after_copytruncate_reads_the_rest_from_the_copy(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_text("2025-08-11 cycle one 1\n")
+    f = Follower([str(p)], from_start=True)
+    assert len(f.poll()) == 1
+    _append(p, b"2025-08-11 cycle one 2\n")
+    shutil.copyfile(p, tmp_path / "a.log.1")
+    os.truncate(p, 0)
+    _append(p, b"2025-08-12 cycle two 1\n")
+    g = _restart(f, [str(p)])
+    assert texts(g.poll()) == ["2025-08-11 cycle one 2", "2025-08-12 cycle two 1"]
+
+
+def test_restart_when_the_rotated_file_is_gone_counts_it(tmp_path, caplog):
+    p = tmp_path / "a.log"
+    p.write_text("1\n")
+    f = Follower([str(p)], from_start=True)
+    f.poll()
+    _append(p, b"2, never read\n")
+    os.rename(p, tmp_path / "a.log.1")
+    (tmp_path / "a.log.1.gz").write_bytes((tmp_path / "a.log.1").read_bytes())   # compressed ...
+    os.unlink(tmp_path / "a.log.1")                                             # ... and removed
+    p.write_text("3\n")
+    with caplog.at_level("WARNING"):
+        g = _restart(f, [str(p)])
+        assert texts(g.poll()) == ["3"]
+    assert g.stats[str(p)].rotated_unread == 1
+    assert any("are lost" in r.getMessage() for r in caplog.records)
+
+
+def test_restart_with_a_missing_file_reads_it_whole_when_it_appears(tmp_path):
+    p = tmp_path / "a.log"
+    f = Follower([str(p)])
+    assert f.join() == {str(p): "missing"} and f.positions()[str(p)]["ino"] == 0
+    p.write_text("written while down\n")
+    g = _restart(f, [str(p)])                      # not joined at its end: it is new since the save
+    assert texts(g.poll()) == ["written while down"]
+
+
+def test_cri_layout_rotation_while_down_through_the_container_symlink(tmp_path):
+    """kubelet: /var/log/containers/<x>.log -> /var/log/pods/<ns>_<pod>_<uid>/<c>/0.log, rotated by rename
+    to 0.log.<time>; older rotated files are gzipped."""
+    pod = tmp_path / "pods" / "ns_sglang-0_0f0e" / "sglang"
+    pod.mkdir(parents=True)
+    (tmp_path / "containers").mkdir()
+    link = tmp_path / "containers" / "sglang-0_ns_sglang-abc.log"
+    cur = pod / "0.log"
+    cur.write_text("2025-08-11T17:17:03.1Z stdout F one\n")
+    os.symlink(os.path.relpath(cur, link.parent), link)
+    f = Follower([str(link)], from_start=True)
+    assert texts(f.poll()) == ["2025-08-11T17:17:03.1Z stdout F one"]
+    assert f.positions()[str(link)]["name"] == str(cur)
+    _append(cur, b"2025-08-11T17:17:03.2Z stdout F two\n")
+    (pod / "0.log.20250811-100000.gz").write_bytes(b"\x1f\x8b old")
+    os.rename(cur, pod / "0.log.20250811-171703")
+    cur.write_text("2025-08-11T17:17:04.1Z stdout F three\n")
+    g = _restart(f, [str(link)])
+    lines = g.poll()
+    assert [(ln.lineno, ln.text.split()[-1]) for ln in lines] == [(2, "two"), (1, "three")]
+    assert g.stats[str(link)].rotations == 1 and g.stats[str(link)].rotated_unread == 0
+    # live: the next kubelet rotation is drained through the held descriptor as well
+    _append(cur, b"2025-08-11T17:17:04.2Z stdout F four\n")
+    os.rename(cur, pod / "0.log.20250811-171704")
+    cur.write_text("2025-08-11T17:17:05.1Z stdout F five\n")
+    assert [ln.text.split()[-1] for ln in g.poll()] == ["four", "five"]
+
+
+@pytest.mark.parametrize(("data", "names"), [
+    (b"", "not JSON"),
+    (b"positions:\n  /var/log/a.log: 1234\n", "not JSON"),                 # Promtail's YAML
+    (b'{"positions": {}}', "format"),
+    (b'{"format": "sglang-exporter-positions", "version": 2, "sources": {}}', "version 2"),
+    (b'{"format": "sglang-exporter-positions", "version": 1, "sources": []}', "sources"),
+])
+def test_load_positions_rejects_foreign_files(data, names):
+    with pytest.raises(PositionsError, match=names):
+        load_positions(data)
+
+
+GOOD = {"dev": 1, "ino": 2, "offset": 3, "lineno": 1, "skip": False, "fp": "610a62", "fp_len": 3, "name": "/l/a.log"}
+
+
+@pytest.mark.parametrize(("change", "names"), [
+    ({"offset": "3"}, '"offset" must be int'),
+    ({"lineno": True}, '"lineno" must be int'),
+    ({"offset": -1}, "out of range"),
+    ({"fp": "zz"}, "not hex"),
+    ({"fp_len": 2}, '"fp_len" says 2'),
+    ({"fp": "61" * 1025, "fp_len": 1025}, "out of range"),
+    ({"skip": 0}, '"skip" must be bool'),
+    ({"extra": 1}, "unknown key 'extra'"),
+    ({"draining": [dict(GOOD, ino="x")]}, r"draining\[0\]: \"ino\""),
+    ({"ino": 0}, "no file"),
+])
+def test_load_positions_names_the_damaged_key(change, names):
+    entry = dict(GOOD, **change)
+    data = json.dumps({"format": "sglang-exporter-positions", "version": 1, "sources": {"/l/a.log": entry}})
+    with pytest.raises(PositionsError, match=names):
+        load_positions(data)
+    with pytest.raises(PositionsError):
+        Follower(["/l/a.log"], positions={"/l/a.log": entry})
+    with pytest.raises(PositionsError):
+        dump_positions({"/l/a.log": entry})
+
+
+def test_positions_round_trip(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_text("x\n")
+    f = Follower([str(p)], from_start=True)
+    f.poll()
+    assert load_positions(dump_positions(f.positions())) == f.positions()

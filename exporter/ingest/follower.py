@@ -21,9 +21,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from exporter.ingest.positions import FINGERPRINT_BYTES, validate_positions
+from exporter.ingest.rotation import find_copy, find_inode, head_matches
+
 log = logging.getLogger(__name__)
 
-FINGERPRINT_BYTES = 1024          # head of the file compared each poll to detect rewrites
 COUNT_EXISTING_MAX = 1 << 30      # line numbers of a file joined at its end: newlines counted up to this size
 _MAGIC = re.compile(r"[*?[]")
 
@@ -75,6 +77,10 @@ class FollowStats:
     lines_cut: int = 0       # lines longer than max_line_bytes, emitted cut
     up: bool = False         # the file is open and being read
     last_error: str | None = None
+    stale: bool = False      # a file rotated away is still written to after rotate_grace: the writer never reopens
+    rotated_writes: int = 0  # lines read from a rotated-away file after rotate_grace (all delivered)
+    rotated_unread: int = 0  # files gone (compressed, deleted) before they could be read on from a saved
+                             # position or a copytruncate offset: their unread lines, if any, are lost
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -240,35 +246,64 @@ def _iter_stream(f, source: str, max_line_bytes: int, chunk: int, close: bool) -
 # Follower
 
 
+class _File:
+    """One open file of a followed path: the one the path names now, or one rotated away and being drained.
+
+    ``offset`` is where reading continues; the splitter may hold the start of an unfinished line read before
+    it, so the boundary of what was handed out is ``offset - len(split.buf)`` (`entry`)."""
+
+    __slots__ = ("dev", "fd", "fp", "grew_at", "ino", "last_mtime", "last_size", "name", "offset", "once",
+                 "since", "split", "stale")
+
+    def __init__(self, fd: int, fst: os.stat_result, name: str, split: _Splitter) -> None:
+        self.fd, self.dev, self.ino, self.name, self.split = fd, fst.st_dev, fst.st_ino, name, split
+        self.offset = 0
+        self.fp = b""                 # the file's first bytes (up to FINGERPRINT_BYTES) once read
+        self.last_size = self.last_mtime = -1
+        self.grew_at = float("-inf")  # clock time of the last read that found new bytes
+        self.since = 0.0              # clock time it was rotated away (drained files)
+        self.once = False             # a copytruncate copy: read to its end, then close
+        self.stale = False            # still written to well after it was rotated away
+
+    def seek(self, offset: int, lineno: int = 0, skip: bool = False) -> None:
+        os.lseek(self.fd, offset, os.SEEK_SET)
+        self.offset = offset
+        self.split.reset(lineno)
+        self.split.discard = skip
+
+    def take_fp(self) -> None:
+        # The head as far as it exists, read or not: a copy or a rotated file is recognised by it even when
+        # the position is at 0 with an unfinished first line.
+        if len(self.fp) < FINGERPRINT_BYTES:
+            head = os.pread(self.fd, FINGERPRINT_BYTES, 0)
+            if head.startswith(self.fp):      # else rewritten: the next poll's head check sees it
+                self.fp = head
+
+    def entry(self) -> dict:
+        return {"dev": self.dev, "ino": self.ino, "offset": self.offset - len(self.split.buf),
+                "lineno": self.split.lineno, "skip": self.split.discard, "fp": self.fp.hex(),
+                "fp_len": len(self.fp), "name": self.name}
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+_NO_FILE = {"dev": 0, "ino": 0, "offset": 0, "lineno": 0, "skip": False, "fp": "", "fp_len": 0, "name": ""}
+
+
 class _Tail:
-    """One followed path and the file currently open for it."""
+    """One followed path: the file it names (``cur``) and rotated-away files still drained (``old``)."""
 
-    __slots__ = (
-        "dev",
-        "fd",
-        "fp",
-        "had_file",
-        "ino",
-        "last_mtime",
-        "last_size",
-        "literal",
-        "offset",
-        "path",
-        "split",
-        "stats",
-        "warned",
-    )
+    __slots__ = ("cur", "had_file", "literal", "old", "path", "stats", "warned")
 
-    def __init__(self, path: str, literal: bool, stats: FollowStats, max_line_bytes: int) -> None:
+    def __init__(self, path: str, literal: bool, stats: FollowStats) -> None:
         self.path = path
         self.literal = literal
-        self.fd: int | None = None
-        self.dev = self.ino = 0
-        self.offset = 0
-        self.split = _Splitter(path, max_line_bytes)
-        self.fp = b""
-        self.last_size = -1
-        self.last_mtime = -1
+        self.cur: _File | None = None
+        self.old: list[_File] = []
         self.stats = stats
         self.warned: str | None = None
         self.had_file = False   # a file was open for this path before (its re-creation counts as a rotation)
@@ -277,12 +312,28 @@ class _Tail:
 class Follower:
     """Follows files named by ``patterns`` (paths or globs).
 
-    Existing files are joined at their end (``from_start=True``: read whole); files that appear later are read
-    from their start. `poll` returns the lines appended since the last poll, per file in order.
+    `join` opens every file at its join point without reading: at the saved position (``positions``, see
+    below), else at its end (``from_start=True``: at its start). Files that appear later are read from their
+    start. `poll` returns the complete lines appended since the last poll, per file in order (a rotated-away
+    file's lines before its successor's); the first poll joins if `join` was not called.
+
+    Rotation: a file the path no longer names (renamed, deleted, symlink switched) is kept open and read on
+    every poll until it has been quiet for ``rotate_grace`` seconds (``clock``), so a writer that reopens
+    late loses nothing. One still growing after that is *stale* (the writer never reopens): it is read on,
+    and `FollowStats.stale` says so. On truncation (copytruncate) the unread rest is read from the rotated
+    copy (a sibling with the same head), when one is there.
+
+    Positions contract: `positions()` describes exactly the lines handed out by all polls so far: per file,
+    the offset just after the last complete line returned (never inside an unfinished line the splitter
+    holds) and that line's number. Saved together with what the caller made of those lines, and passed back
+    as ``positions`` after a restart (even a SIGKILL), every complete line is handed out exactly once. The
+    snapshot is replaced at the end of each poll (and of `join`); take it after consuming the poll's lines,
+    in the thread that polls (in `run`: inside ``on_lines``).
     """
 
     def __init__(self, patterns: list[str], from_start: bool = False, max_line_bytes: int = 1 << 20,
-                 read_chunk: int = 1 << 16, poll_budget: int = 1 << 24) -> None:
+                 read_chunk: int = 1 << 16, poll_budget: int = 1 << 24, positions: dict | None = None,
+                 rotate_grace: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
         if isinstance(patterns, str):
             patterns = [patterns]
         self.patterns = list(dict.fromkeys(patterns))
@@ -290,9 +341,13 @@ class Follower:
         self.max_line_bytes = max_line_bytes
         self.read_chunk = read_chunk
         self.poll_budget = poll_budget       # bytes read per file per poll; the rest waits for the next poll
+        self.rotate_grace = rotate_grace
+        self.clock = clock
         self.stats: dict[str, FollowStats] = {}
         self.mode: str | None = None         # "inotify" or "poll" once run() has started
         self.backlog = False                 # the last poll stopped at poll_budget with data left
+        self._saved = dict(validate_positions(positions)) if positions else {}
+        self._positions: dict = {}
         self._tails: dict[str, _Tail] = {}
         self._started = False
         self._closed = False
@@ -313,7 +368,142 @@ class Follower:
         st = self.stats.get(path)
         if st is None:
             st = self.stats[path] = FollowStats()
-        self._tails[path] = _Tail(path, literal, st, self.max_line_bytes)
+        self._tails[path] = _Tail(path, literal, st)
+
+    # -- join and positions -----------------------------------------------------------------------------
+
+    def join(self) -> dict[str, str]:
+        """Open every followed file at its join point, reading no line; returns `join_status()`.
+
+        After it, nothing written to a followed file can be taken for old content: the sidecar calls it
+        before it starts listening. Idempotent; the first `poll` calls it when nobody did."""
+        if not self._started and not self._closed:
+            self._expand()
+            now = self.clock()
+            for t in self._tails.values():
+                saved = self._saved.pop(t.path, None)
+                try:
+                    if saved is not None:
+                        self._restore(t, saved, now)
+                    else:
+                        self._open(t, at_end=not self.from_start)
+                except OSError as exc:
+                    self._problem(t, f"{type(exc).__name__}: {exc}")
+            self._started = True
+            self._snapshot()
+        return self.join_status()
+
+    def join_status(self) -> dict[str, str]:
+        """Per followed path: ``"open"`` (a file is open at its join point), ``"missing"`` (nothing there
+        yet; it is read from its start when it appears) or ``"error: ..."`` (there but unreadable). A glob
+        that matches nothing is listed by its pattern as ``"missing"``."""
+        out = {}
+        for path, t in self._tails.items():
+            if t.cur is not None or t.old:
+                out[path] = "open"
+            elif t.stats.last_error:
+                out[path] = f"error: {t.stats.last_error}"
+            else:
+                out[path] = "missing"
+        for pat in self.patterns:
+            if _MAGIC.search(pat) and not any(not t.literal and fnmatchcase(p, pat) for p, t in self._tails.items()):
+                out[pat] = "missing"
+        return out
+
+    def positions(self) -> dict:
+        """Per followed path, where the handed-out lines end (see the class docstring for the contract):
+        ``{path: {dev, ino, offset, lineno, skip, fp, fp_len, name, draining: [same without draining]}}``.
+        ``ino`` 0: no file was open (what appears is read from its start); ``skip``: the offset is inside the
+        rest of a cut line, dropped up to its newline; ``fp``: hex of the first ``fp_len`` bytes; ``name``:
+        the file's real path when opened. `positions.dump_positions` turns it into the positions file."""
+        return self._positions
+
+    def _snapshot(self) -> None:
+        pos = {}
+        for path, t in self._tails.items():
+            e = t.cur.entry() if t.cur is not None else dict(_NO_FILE)
+            e["draining"] = [f.entry() for f in t.old]
+            pos[path] = e
+        self._positions = pos
+
+    def _restore(self, t: _Tail, e: dict, now: float) -> bool:
+        """Open ``t`` at a saved position; True when the path's file is open. The rules: docs/tailing.md."""
+        for d in e.get("draining", ()):
+            f = self._reopen_saved(t, d)
+            if f is None:
+                self._lost(t, d)
+            else:
+                f.since = now
+                t.old.append(f)
+        if e["ino"] == 0:                            # nothing was there: what is there now is new
+            return self._open(t, at_end=False)
+        try:
+            st = os.stat(t.path)
+        except OSError:
+            st = None
+        if st is not None and (st.st_dev, st.st_ino) == (e["dev"], e["ino"]):
+            if not self._open(t, at_end=False):
+                return False
+            cur = t.cur
+            fp = bytes.fromhex(e["fp"])
+            if os.fstat(cur.fd).st_size >= e["offset"] and head_matches(cur.fd, fp):
+                cur.seek(e["offset"], e["lineno"], e["skip"])
+                cur.fp = fp
+                return True
+            # truncated (or rewritten) while we were down: the rest may be in the rotated copy
+            copy = find_copy(os.path.realpath(t.path), fp, e["offset"])
+            f = self._reopen_at(copy, e, fp) if copy else None
+            if f is None:
+                self._lost(t, e)
+            else:
+                f.once = True
+                t.old.append(f)
+            t.stats.truncations += 1
+            return True
+        # the path names another file (or none): ours was rotated away while we were down
+        f = self._reopen_saved(t, e)
+        if f is None:
+            self._lost(t, e)
+        else:
+            f.since = now
+            t.old.append(f)
+        if st is None:
+            return False
+        t.stats.rotations += 1
+        return self._open(t, at_end=False)
+
+    def _reopen_saved(self, t: _Tail, e: dict) -> _File | None:
+        """The saved file, found by device + inode next to where it was or where the path points now."""
+        dirs = [os.path.dirname(os.path.realpath(t.path)), os.path.dirname(os.path.abspath(t.path))]
+        if e["name"]:
+            dirs.insert(0, os.path.dirname(e["name"]))
+        p = find_inode(dirs, e["dev"], e["ino"])
+        return self._reopen_at(p, e, bytes.fromhex(e["fp"]), same_inode=True) if p else None
+
+    def _reopen_at(self, path: str, e: dict, fp: bytes, same_inode: bool = False) -> _File | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
+        try:
+            fst = os.fstat(fd)
+            ok = (fst.st_size >= e["offset"] and head_matches(fd, fp)
+                  and (not same_inode or (fst.st_dev, fst.st_ino) == (e["dev"], e["ino"])))
+            if ok:
+                f = _File(fd, fst, path, _Splitter(path, self.max_line_bytes))
+                f.seek(e["offset"], e["lineno"], e["skip"])
+                f.fp = fp
+                return f
+        except OSError:
+            pass
+        os.close(fd)
+        return None
+
+    def _lost(self, t: _Tail, e: dict) -> None:
+        t.stats.rotated_unread += 1
+        log.warning("log source %s: the file last read at byte %d (%s, inode %d) is gone or changed and no "
+                    "rotated copy was found (compressed or deleted?); lines written to it after that byte, "
+                    "if any, are lost", t.path, e["offset"], e["name"] or t.path, e["ino"])
 
     # -- the pass ---------------------------------------------------------------------------------------
 
@@ -325,23 +515,26 @@ class Follower:
         """`poll` in `Block`s."""
         if self._closed:
             return []
+        if not self._started:
+            self.join()
         self._expand()
+        now = self.clock()
         out: list[Block] = []
-        initial = not self._started
         self.backlog = False
         for tail in list(self._tails.values()):
             n0 = len(out)
-            cuts0 = tail.split.cuts
             try:
-                self._poll_tail(tail, out, initial)
+                self._poll_tail(tail, out, now)
             except OSError as exc:  # e.g. EIO: keep what we have, retry next poll
                 self._problem(tail, f"{type(exc).__name__}: {exc}")
-            tail.stats.lines_read += sum(len(b.texts) for b in out[n0:])
-            tail.stats.lines_cut += tail.split.cuts - cuts0
-            if tail.fd is None and not tail.literal and not os.path.lexists(tail.path):
+            new = out[n0:]
+            tail.stats.lines_read += sum(len(b.texts) for b in new)
+            tail.stats.lines_cut += sum(b.cuts for b in new)
+            tail.stats.stale = any(f.stale for f in tail.old)
+            if tail.cur is None and not tail.old and not tail.literal and not os.path.lexists(tail.path):
                 # A glob match that went away: forget it (stats stay); if it comes back it is a new file.
                 del self._tails[tail.path]
-        self._started = True
+        self._snapshot()
         return out
 
     def _problem(self, tail: _Tail, msg: str) -> None:
@@ -350,7 +543,10 @@ class Follower:
             tail.warned = msg
             log.warning("log source %s: %s", tail.path, msg)
 
-    def _poll_tail(self, t: _Tail, out: list[Block], initial: bool) -> None:
+    def _poll_tail(self, t: _Tail, out: list[Block], now: float) -> None:
+        behind = False
+        for f in list(t.old):                           # older lines first
+            behind |= self._drain(t, f, out, now)
         try:
             st = os.stat(t.path)
         except (FileNotFoundError, NotADirectoryError):
@@ -358,71 +554,95 @@ class Follower:
         except OSError as exc:
             self._problem(t, f"cannot stat: {exc.strerror or exc}")
             st = None
+        cur = t.cur
         if st is None:
-            if t.fd is not None:
-                if os.fstat(t.fd).st_nlink == 0:
-                    # Deleted: read what is left, then let go of it (holding it would pin its disk space).
-                    self._read(t, out, None)
-                    self._retire(t, out)
-                else:
-                    # Renamed away and nothing at the path yet: the writer may still append to it.
-                    self._read(t, out, self.poll_budget)
-            else:
+            if cur is None:
                 t.stats.up = False
+            elif os.fstat(cur.fd).st_nlink == 0:
+                self._retire(t, out, now)               # deleted: drained like a renamed file
+            elif not behind:
+                self._read(cur, out, self.poll_budget, now)   # renamed, nothing at the path yet
             return
         if not stat.S_ISREG(st.st_mode):
-            if t.fd is not None:
-                self._read(t, out, None)
-                self._retire(t, out)
+            if cur is not None:
+                self._retire(t, out, now)
             t.stats.up = False
             self._problem(t, "not a regular file")
             return
-        if t.fd is None:
+        if cur is None:
             had = t.had_file
-            if not self._open(t, at_end=initial and not self.from_start):
+            saved = self._saved.pop(t.path, None)
+            if not (self._restore(t, saved, now) if saved is not None else self._open(t, at_end=False)):
                 return
             if had:
                 t.stats.rotations += 1                  # deleted earlier, re-created now
-        elif st.st_ino != t.ino or st.st_dev != t.dev:
-            # The path names another file now: finish the old one first, it will never be completed.
-            self._read(t, out, None)
-            self._retire(t, out)
+        elif st.st_ino != cur.ino or st.st_dev != cur.dev:
+            # The path names another file now; the old one is read first, and on until it goes quiet.
+            self._retire(t, out, now)
             t.stats.rotations += 1
             if not self._open(t, at_end=False):
                 return
-        elif st.st_size < t.offset:
-            self._restart(t, out)                       # truncated (copytruncate, > file, truncate -s)
-        elif (st.st_size != t.last_size or st.st_mtime_ns != t.last_mtime) and not self._same_head(t):
-            self._restart(t, out)                       # rewritten to the same size or larger
-        t.last_size = st.st_size
-        t.last_mtime = st.st_mtime_ns
-        if st.st_size > t.offset:
-            self._read(t, out, self.poll_budget)
-        if len(t.fp) < FINGERPRINT_BYTES and t.offset > len(t.fp) and t.fd is not None:
-            t.fp = os.pread(t.fd, min(FINGERPRINT_BYTES, t.offset), 0)
+        elif st.st_size < cur.offset or (
+                (st.st_size != cur.last_size or st.st_mtime_ns != cur.last_mtime)
+                and not head_matches(cur.fd, cur.fp)):
+            self._truncated(t, out, now)                # copytruncate, > file, truncate -s, rewrite
+        cur = t.cur
+        cur.last_size = st.st_size
+        cur.last_mtime = st.st_mtime_ns
+        if not behind and st.st_size > cur.offset:
+            self._read(cur, out, self.poll_budget, now)
 
-    def _same_head(self, t: _Tail) -> bool:
-        n = len(t.fp)
-        return n == 0 or os.pread(t.fd, n, 0) == t.fp
+    def _drain(self, t: _Tail, f: _File, out: list[Block], now: float) -> bool:
+        """Read a rotated-away file on; close it once quiet for the grace period. True: stopped at budget."""
+        fst = os.fstat(f.fd)
+        behind = False
+        if fst.st_size > f.offset:
+            n0 = len(out)
+            behind = self._read(f, out, self.poll_budget, now)
+            if not f.once and now - f.since > self.rotate_grace:
+                t.stats.rotated_writes += sum(len(b.texts) for b in out[n0:])
+                if not f.stale:
+                    f.stale = True
+                    log.warning("log source %s: the file rotated away from it (%s) is still written to %.0f s "
+                                "after the rotation: the writer does not reopen its log file. Its lines are "
+                                "still read, but rotation does not work: rotate with copytruncate or make "
+                                "the writer reopen (runbook SGLangLogSourceStale)",
+                                t.path, _fd_name(f), now - f.since)
+        if behind:
+            return True
+        quiet = now - max(f.since, f.grew_at) >= self.rotate_grace
+        # a stale file is let go only once the writer has moved on to the new file
+        moved_on = not f.stale or (t.cur is not None and t.cur.grew_at >= f.grew_at)
+        if f.once or fst.st_size < f.offset or (quiet and moved_on):
+            f.split.flush(out)                          # its unfinished last line will never be finished
+            f.close()
+            t.old.remove(f)
+        return False
 
-    def _restart(self, t: _Tail, out: list[Block]) -> None:
-        t.split.flush(out)
-        t.split.reset()
-        os.lseek(t.fd, 0, os.SEEK_SET)
-        t.offset = 0
-        t.fp = b""
-        t.stats.truncations += 1
-
-    def _retire(self, t: _Tail, out: list[Block]) -> None:
-        t.split.flush(out)
-        t.split.reset()
-        try:
-            os.close(t.fd)
-        except OSError:
-            pass
-        t.fd = None
-        t.fp = b""
+    def _retire(self, t: _Tail, out: list[Block], now: float) -> None:
+        f, t.cur = t.cur, None
+        f.since = now
+        t.old.append(f)
         t.stats.up = False
+        self._drain(t, f, out, now)
+
+    def _truncated(self, t: _Tail, out: list[Block], now: float) -> None:
+        cur = t.cur
+        copy = find_copy(os.path.realpath(t.path), cur.fp, cur.offset)
+        f = self._reopen_at(copy, {"offset": cur.offset, "lineno": 0, "skip": False}, cur.fp) if copy else None
+        if f is not None:
+            # copytruncate: the lines between our offset and the truncation point are in the copy; our
+            # splitter goes with it, to finish the line it holds
+            f.split = cur.split
+            f.once = True
+            t.old.append(f)
+            self._drain(t, f, out, now)
+        else:
+            cur.split.flush(out)
+        cur.split = _Splitter(t.path, self.max_line_bytes)
+        cur.seek(0)
+        cur.fp = b""
+        t.stats.truncations += 1
 
     def _open(self, t: _Tail, at_end: bool) -> bool:
         try:
@@ -439,18 +659,14 @@ class Follower:
                 t.stats.up = False
                 self._problem(t, "not a regular file")
                 return False
-            start, lineno, discard = self._join_point(fd, fst.st_size) if at_end else (0, 0, False)
-            os.lseek(fd, start, os.SEEK_SET)
+            f = _File(fd, fst, os.path.realpath(t.path), _Splitter(t.path, self.max_line_bytes))
+            f.seek(*self._join_point(fd, fst.st_size)) if at_end else f.seek(0)
+            f.take_fp()
         except OSError as exc:
             os.close(fd)
             self._problem(t, f"cannot read: {exc.strerror or exc}")
             return False
-        t.fd, t.dev, t.ino = fd, fst.st_dev, fst.st_ino
-        t.offset = start
-        t.split.reset(lineno)
-        t.split.discard = discard
-        t.fp = b""
-        t.last_size = t.last_mtime = -1
+        t.cur = f
         t.had_file = True
         t.stats.up = True
         t.stats.last_error = None
@@ -489,23 +705,29 @@ class Follower:
             return size, lineno + 1, True       # the too-long line we are inside counts as line lineno + 1
         return start, lineno, False
 
-    def _read(self, t: _Tail, out: list[Block], budget: int | None) -> None:
-        fd = t.fd
+    def _read(self, f: _File, out: list[Block], budget: int, now: float) -> bool:
+        """Read what was appended to ``f``, at most ``budget`` bytes; True when it stopped at the budget."""
+        fd = f.fd
         chunk = self.read_chunk
-        split = t.split
+        split = f.split
         got = 0
+        hit = False
         while True:
             data = os.read(fd, chunk)
             if not data:
                 break
-            t.offset += len(data)
+            f.offset += len(data)
             got += len(data)
             split.feed(data, out)
-            if budget is not None and got >= budget:
-                self.backlog = True
+            if got >= budget:
+                self.backlog = hit = True
                 break
-            if len(data) < chunk and budget is not None:
+            if len(data) < chunk:
                 break  # short read of a regular file: at its end (for now)
+        if got:
+            f.grew_at = now
+            f.take_fp()
+        return hit
 
     # -- the loop ---------------------------------------------------------------------------------------
 
@@ -521,7 +743,7 @@ class Follower:
             if os.path.isdir(d):
                 dirs[d] = dirs.get(d, False) or recursive
         for t in self._tails.values():
-            if t.fd is not None:
+            if t.cur is not None:
                 real = os.path.dirname(os.path.realpath(t.path))
                 if real not in dirs and os.path.isdir(real):
                     dirs[real] = False
@@ -531,7 +753,7 @@ class Follower:
         names = set()
         for t in self._tails.values():
             names.add(os.path.abspath(t.path))
-            if t.fd is not None:
+            if t.cur is not None:
                 names.add(os.path.realpath(t.path))
         return tuple(os.path.abspath(p) for p in self.patterns), frozenset(names)
 
@@ -594,19 +816,24 @@ class Follower:
     def close(self) -> None:
         self._closed = True
         for t in self._tails.values():
-            if t.fd is not None:
-                try:
-                    os.close(t.fd)
-                except OSError:
-                    pass
-                t.fd = None
-                t.stats.up = False
+            for f in ([t.cur] if t.cur is not None else []) + t.old:
+                f.close()
+            t.cur, t.old = None, []
+            t.stats.up = False
 
     def __enter__(self):  # -> Self
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _fd_name(f: _File) -> str:
+    """The rotated file's current name, for a log line (Linux), else its name when it was opened."""
+    try:
+        return os.readlink(f"/proc/self/fd/{f.fd}")
+    except OSError:
+        return f.name
 
 
 def _make_observer():

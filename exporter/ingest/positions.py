@@ -1,0 +1,90 @@
+"""Where the follower stands in each followed file, as data that survives a restart (the positions file).
+
+A position names one file by device + inode, the offset of the first byte not yet handed out as a complete
+line, the number of the last line handed out, and the file's first bytes (the head fingerprint) so that a
+reused inode or a rewritten file is not taken for the same one. `dump_positions` / `load_positions` give it
+a versioned JSON form; `load_positions` validates everything and raises `PositionsError` (one exception,
+naming the key) on anything else, so a caller can warn and start fresh. The rules that apply a position on
+start are in `Follower` (docs/tailing.md, "Restart").
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+FORMAT = "sglang-exporter-positions"
+VERSION = 1
+FINGERPRINT_BYTES = 1024          # head of a file kept to recognise it (and to detect rewrites)
+
+_FIELDS = {"dev": int, "ino": int, "offset": int, "lineno": int, "fp_len": int, "fp": str, "skip": bool,
+           "name": str}
+
+
+class PositionsError(ValueError):
+    """The positions data is not ours or is damaged; the message names the key."""
+
+
+def dump_positions(positions: dict) -> bytes:
+    """`Follower.positions()` as bytes for the positions file (validated first: never write what we would
+    refuse to read)."""
+    validate_positions(positions)
+    return json.dumps({"format": FORMAT, "version": VERSION, "sources": positions},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def load_positions(data: bytes | str) -> dict:
+    """Bytes written by `dump_positions` back to a positions dict; `PositionsError` for anything else."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PositionsError(f"not a positions file (not JSON: {exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise PositionsError(f"not a positions file (no \"format\": \"{FORMAT}\")")
+    if doc.get("version") != VERSION:
+        raise PositionsError(f"positions file version {doc.get('version')!r}; this build reads {VERSION}")
+    return validate_positions(doc.get("sources"))
+
+
+def validate_positions(positions: Any) -> dict:
+    """Check a positions dict (as `Follower.positions()` returns it) field by field; return it."""
+    if not isinstance(positions, dict):
+        raise PositionsError("\"sources\" must be an object of path -> position")
+    for path, entry in positions.items():
+        if not isinstance(path, str) or not path:
+            raise PositionsError(f"source {path!r}: the key must be a non-empty path")
+        _check_entry(entry, f"source {path!r}")
+        draining = entry.get("draining", [])
+        if not isinstance(draining, list):
+            raise PositionsError(f"source {path!r}: \"draining\" must be a list")
+        for i, d in enumerate(draining):
+            _check_entry(d, f"source {path!r} draining[{i}]")
+            if "draining" in d:
+                raise PositionsError(f"source {path!r} draining[{i}]: nested \"draining\"")
+    return positions
+
+
+def _check_entry(e: Any, where: str) -> None:
+    if not isinstance(e, dict):
+        raise PositionsError(f"{where}: must be an object")
+    for key, typ in _FIELDS.items():
+        if key not in e:
+            raise PositionsError(f"{where}: missing \"{key}\"")
+        v = e[key]
+        # bool is an int in Python: a flag where a number belongs is damage too
+        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+            raise PositionsError(f"{where}: \"{key}\" must be {typ.__name__}, not {type(v).__name__}")
+        if typ is int and not 0 <= v < 1 << 64:
+            raise PositionsError(f"{where}: \"{key}\" = {v} is out of range")
+    unknown = set(e) - set(_FIELDS) - {"draining"}
+    if unknown:
+        raise PositionsError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+    if e["fp_len"] > FINGERPRINT_BYTES:
+        raise PositionsError(f"{where}: \"fp_len\" = {e['fp_len']} is out of range")
+    try:
+        fp = bytes.fromhex(e["fp"])
+    except ValueError:
+        raise PositionsError(f"{where}: \"fp\" is not hex") from None
+    if len(fp) != e["fp_len"]:
+        raise PositionsError(f"{where}: \"fp\" has {len(fp)} bytes, \"fp_len\" says {e['fp_len']}")
+    if e["ino"] == 0 and (e["offset"] or e["lineno"] or e["fp_len"]):
+        raise PositionsError(f"{where}: no file (ino 0) but a position in it")

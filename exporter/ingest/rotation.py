@@ -1,0 +1,79 @@
+"""Finding a followed file again after it was rotated away: by inode, or (copytruncate) by its head.
+
+Rotation tools keep the rotated file next to the original under a name that starts with the original's:
+``app.log.1``, ``app.log-20250101`` (logrotate ``dateext``), ``0.log.20250101-120000`` (kubelet). Compressed
+ones (``.gz`` and the like) hold no readable lines and are skipped.
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".lzma", ".zip", ".z", ".br", ".sz")
+
+
+def _plain(name: str) -> bool:
+    return not name.lower().endswith(COMPRESSED)
+
+
+def rotated_siblings(path: str) -> list[str]:
+    """Uncompressed files next to ``path`` whose name starts with its name (not ``path`` itself), most
+    recently modified first."""
+    d, base = os.path.split(os.path.abspath(path))
+    found = []
+    try:
+        with os.scandir(d) as it:
+            for e in it:
+                if e.name != base and e.name.startswith(base) and _plain(e.name):
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        found.append((st.st_mtime_ns, e.path))
+    except OSError:
+        return []
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def find_inode(dirs: list[str], dev: int, ino: int) -> str | None:
+    """A path, in one of ``dirs``, of the regular uncompressed file with that device and inode."""
+    for d in dict.fromkeys(dirs):
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    try:
+                        if e.inode() != ino or not _plain(e.name):
+                            continue
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if st.st_dev == dev and stat.S_ISREG(st.st_mode):
+                        return e.path
+        except OSError:
+            continue
+    return None
+
+
+def head_matches(fd: int, fp: bytes) -> bool:
+    return not fp or os.pread(fd, len(fp), 0) == fp
+
+
+def find_copy(path: str, fp: bytes, min_size: int) -> str | None:
+    """The rotated sibling of ``path`` that is a copy of what ``path`` held (copytruncate): same head
+    fingerprint, at least ``min_size`` bytes. Without a fingerprint nothing can be told apart: None."""
+    if not fp:
+        return None
+    for p in rotated_siblings(path):
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_size >= min_size and head_matches(fd, fp):
+                return p
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return None
