@@ -14,6 +14,8 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 
+from exporter.ingest.positions import PositionsError, validate_positions
+
 log = logging.getLogger(__name__)
 
 FORMAT = "sglang-exporter-positions"
@@ -52,6 +54,10 @@ def parse(data: bytes, where: str) -> Checkpoint:
     positions, counters = doc.get("positions"), doc.get("counters")
     if not isinstance(positions, dict) or not isinstance(counters, dict):
         raise CheckpointError(f"{where}: positions and counters must be mappings")
+    try:
+        validate_positions(positions)
+    except PositionsError as exc:
+        raise CheckpointError(f"{where}: {exc}") from None
     written = doc.get("written")
     return Checkpoint(positions, counters, float(written) if isinstance(written, (int, float)) else 0.0)
 

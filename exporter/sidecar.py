@@ -22,6 +22,7 @@ from exporter.config import Config
 from exporter.engine import Engine, Snapshot
 from exporter.ingest.follower import Follower
 from exporter.ingest.pipeline import Sources as LogSources
+from exporter.ingest.positions import FINGERPRINT_BYTES
 from exporter.scrape import metrics_url, scrape
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class Sidecar:
         self.heartbeat: dict[str, float] = {}      # worker -> monotonic time of its last completed iteration
         self._next_save = 0.0
         self._saved = None                        # the last Checkpoint written (or loaded)
+        self._history_t: float | None = None      # the time given to the last replayed line
 
     # ------------------------------------------------------------------ start-up
     def prepare(self) -> None:
@@ -88,8 +90,9 @@ class Sidecar:
             return
         cfg = self.config
         saved = checkpoint.load(cfg.positions_file) if cfg.positions_file else None
+        self._history_t = None
         start_at: dict = {}
-        restore = saved.counters if saved else None
+        counted: list = []           # (ranges, clock offset) replayed after the saved counters are restored
         for path in _existing(cfg.log_files):
             end = readback.complete_end(path)
             if end is None:
@@ -115,13 +118,16 @@ class Sidecar:
                 if not ranges:
                     log.info("log %s: no SGLang start-up in its last %d bytes; joining at the end "
                              "(start-up facts unknown until SGLang prints them)", path, cfg.readback_bytes)
-            offset = readback.clock_offset(path, size) if ranges else None
+            if ranges:
+                counted.append((ranges, readback.clock_offset(path, size)))
+            start_at[path] = position_at(path, size, dev, ino)
+        if saved is not None:
+            # the facts-only replays above counted lines the saved counters already hold: those win
+            with self.lock:
+                self.engine.state.restore_counters(saved.counters)
+        for ranges, offset in counted:
             for file, first, last in ranges:
                 self._replay(file, first, last, offset)
-            start_at[path] = position_at(path, size, dev, ino)
-        with self.lock:
-            if restore is not None:
-                self.engine.state.restore_counters(restore)
         positions = dict(saved.positions) if saved else {}
         positions.update(start_at)
         # every file that exists now has a position: the follower's own from-start rule only concerns files
@@ -157,7 +163,7 @@ class Sidecar:
         now = self.clock()
         undated = now - HISTORY_UNDATED_AGE
         engine = self.engine
-        last = None
+        last = self._history_t
         with self.lock:
             for item in items:
                 row = item.__class__ is tuple
@@ -173,6 +179,7 @@ class Sidecar:
                     engine.ingest_row(item, t)
                 else:
                     engine.ingest(item, t)
+        self._history_t = last
 
     # ------------------------------------------------------------------ feeding
     def on_lines(self, blocks) -> None:
@@ -372,5 +379,29 @@ def _same_file(pos: dict, dev: int, ino: int) -> bool:
 
 
 def position_at(path: str, offset: int, dev: int, ino: int) -> dict:
-    """A follower position that starts reading `path` (the file dev/ino) at byte `offset`."""
-    return {"dev": dev, "ino": ino, "offset": offset}
+    """A follower position (ingest/positions.py) that starts reading `path`, the file dev/ino, at byte
+    `offset`, just after a newline: the end of the history replayed from it."""
+    try:
+        with open(path, "rb") as fh:
+            fp = fh.read(min(FINGERPRINT_BYTES, offset))
+            lineno = _count_lines(fh, offset)
+    except OSError:
+        fp, lineno = b"", 0
+    return {"dev": dev, "ino": ino, "offset": offset, "lineno": lineno, "skip": False, "fp": fp.hex(),
+            "fp_len": len(fp), "name": os.path.realpath(path), "draining": []}
+
+
+def _count_lines(fh, end: int) -> int:
+    """Newlines before byte `end` (so the lines read after it keep their numbers in the file); 0 past 1 GiB,
+    where counting would cost the start-up more than line numbers are worth to a sidecar."""
+    if end > 1 << 30:
+        return 0
+    fh.seek(0)
+    n = 0
+    while end > 0:
+        block = fh.read(min(1 << 22, end))
+        if not block:
+            break
+        n += block.count(b"\n")
+        end -= len(block)
+    return n

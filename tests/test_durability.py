@@ -187,43 +187,40 @@ def test_a_corrupt_positions_file_is_a_warning_and_a_fresh_start(tmp_path, caplo
 
 
 class Writer(threading.Thread):
-    """Appends numbered retraction lines at a steady rate (>= 1,000 lines/s), rotating the log when asked.
+    """Appends numbered retraction lines at a steady rate (>= 1,000 lines/s) and rotates the log once, at
+    line `rotate_at`, the way logrotate does in `mode` (rename: rename + create, the writer reopening at
+    once; copytruncate: copy, then truncate in place under the open writer)."""
 
-    The writer holds its file open as SGLang's logging does; `reopen` tells it to reopen the path (logrotate's
-    postrotate / a handler that reopens)."""
-
-    def __init__(self, path: Path, total: int, rate: float):
+    def __init__(self, path: Path, total: int, rate: float, mode: str = "none", rotate_at: int = -1):
         super().__init__(daemon=True)
-        self.path, self.total, self.rate = path, total, rate
+        self.path, self.total, self.rate, self.mode, self.rotate_at = path, total, rate, mode, rotate_at
         self.written = 0
-        self.lock = threading.Lock()
         self.fh = open(path, "a", buffering=1)  # noqa: SIM115 - closed at the end of run
 
     def run(self) -> None:
         t0 = time.monotonic()
         base = datetime.now(timezone.utc).replace(tzinfo=None)
         while self.written < self.total:
-            due = int((time.monotonic() - t0) * self.rate) + 1
-            with self.lock:
-                while self.written < min(due, self.total):
-                    self.fh.write(retraction(base, self.written + 1))
-                    self.written += 1
-                self.fh.flush()
+            due = min(int((time.monotonic() - t0) * self.rate) + 1, self.total)
+            while self.written < due:
+                if self.written == self.rotate_at:
+                    self.rotate()
+                self.fh.write(retraction(base, self.written + 1))
+                self.written += 1
+            self.fh.flush()
             time.sleep(0.001)    # pacing the writer, not waiting for a condition
-        with self.lock:
-            self.fh.close()
+        self.fh.close()
 
-    def rotate(self, mode: str) -> None:
-        with self.lock:
-            if mode == "rename":
-                os.rename(self.path, str(self.path) + ".1")
-                self.fh.close()
-                self.fh = open(self.path, "a", buffering=1)  # noqa: SIM115
-            elif mode == "copytruncate":
-                self.fh.flush()
-                with open(self.path, "rb") as src, open(str(self.path) + ".1", "wb") as dst:
-                    dst.write(src.read())
-                os.truncate(self.path, 0)
+    def rotate(self) -> None:
+        self.fh.flush()
+        if self.mode == "rename":
+            os.rename(self.path, str(self.path) + ".1")
+            self.fh.close()
+            self.fh = open(self.path, "a", buffering=1)  # noqa: SIM115
+        elif self.mode == "copytruncate":
+            with open(self.path, "rb") as src, open(str(self.path) + ".1", "wb") as dst:
+                dst.write(src.read())
+            os.truncate(self.path, 0)
 
 
 def _serve(log: Path, positions: Path, port: int) -> subprocess.Popen:
@@ -251,28 +248,18 @@ def test_sigkill_restart_and_rotation_count_every_line_exactly_once(tmp_path, mo
     log, positions = tmp_path / "sglang.log", tmp_path / "positions.json"
     log.write_text("")
     total = 2400
-    writer = Writer(log, total, rate=2000)
+    writer = Writer(log, total, rate=2000, mode=mode, rotate_at=rnd.randrange(300, total - 300))
     port = free_port()
     proc = _serve(log, positions, port)
     try:
         wait_until(lambda: _counts(port) is not None, timeout=20, what="first answer")
         writer.start()
-        kills = sorted(rnd.sample(range(200, total - 200), 2))
-        rotate_at = rnd.randrange(300, total - 300)
-        rotated = False
-        for k in kills:
-            while writer.written < k:
-                if mode != "none" and not rotated and writer.written >= rotate_at:
-                    writer.rotate(mode)
-                    rotated = True
-                time.sleep(0.001)
+        for k in sorted(rnd.sample(range(200, total - 200), 2)):
+            wait_until(lambda k=k: writer.written >= k, timeout=20, interval=0.001, what=f"line {k} written")
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
             proc = _serve(log, positions, port)
             wait_until(lambda: _counts(port) is not None, timeout=20, what="answer after restart")
-        if mode != "none" and not rotated:
-            wait_until(lambda: writer.written >= rotate_at, timeout=20, what="rotation point")
-            writer.rotate(mode)
         writer.join(timeout=30)
         expected = (total, total * (total + 1) // 2)
         wait_until(lambda: _counts(port) == expected, timeout=20,
