@@ -378,15 +378,14 @@ class Listener:
     def _parse(self, conn: _Conn) -> None:
         while conn.buf[:1] in (b"\r", b"\n"):      # RFC 9112 2.2: ignore blank lines before a request line
             del conn.buf[:1]
+        limit = self.limits.max_head_bytes
         m = _HEAD_END.search(conn.buf)
-        if m is None:
-            if len(conn.buf) > self.limits.max_head_bytes:
-                line_too_long = b"\n" not in conn.buf[:self.limits.max_head_bytes]
-                self._fail(conn, HTTPStatus.REQUEST_URI_TOO_LONG if line_too_long
-                           else HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
+        if (m.end() if m else len(conn.buf)) > limit:
+            line_too_long = b"\n" not in conn.buf[:limit]
+            self._fail(conn, HTTPStatus.REQUEST_URI_TOO_LONG if line_too_long
+                       else HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
             return
-        if m.end() > self.limits.max_head_bytes:
-            self._fail(conn, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
+        if m is None:
             return
         head = bytes(conn.buf[:m.start()])
         del conn.buf[:m.end()]
@@ -402,9 +401,8 @@ class Listener:
         try:
             self._jobs.put_nowait((conn, request))
         except Full:
-            conn.close_after = True
-            self._start_write(conn, _serialize(request, Response(
-                HTTPStatus.SERVICE_UNAVAILABLE, b"busy\n", headers={"Retry-After": "1"}), True))
+            busy = Response(HTTPStatus.SERVICE_UNAVAILABLE, b"busy\n", headers={"Retry-After": "1"})
+            self._start_write(conn, _serialize(request, busy, True), True)
 
     def _parse_head(self, head: bytes, client) -> tuple[Request | None, int | None]:
         lines = head.split(b"\n")

@@ -212,7 +212,7 @@ class App:
             return Response(200, b"ok\n")
         if self.auth is not None:
             return Response(503, b"not ok\n")
-        word = re.sub(r"[^A-Za-z0-9_.-]", "", str(reason))[:40] or "unhealthy"
+        word = re.match(r"[A-Za-z0-9_.-]{0,40}", str(reason)).group() or "unhealthy"
         return Response(503, f"{word}\n".encode())
 
     def _safe_route(self, request: Request) -> Response:
