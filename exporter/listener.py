@@ -85,7 +85,9 @@ _HEAD_END = re.compile(rb"\r?\n\r?\n")
 # a repeated Content-Length or Authorization is ambiguous (request smuggling, credential confusion): 400
 _SINGLE = frozenset({"content-length", "authorization", "host", "transfer-encoding"})
 
-_READING, _HANDSHAKE, _BUSY, _WRITING = "reading", "handshake", "busy", "writing"
+_READING, _HANDSHAKE, _BUSY, _WRITING, _LINGER = "reading", "handshake", "busy", "writing", "linger"
+# after the last response of a connection: how long its unread input is drained before closing
+_LINGER_SECONDS = 2.0
 
 
 class _Conn:
@@ -331,6 +333,8 @@ class Listener:
             self._read(conn)
         elif conn.state == _WRITING:
             self._write(conn)
+        elif conn.state == _LINGER:
+            self._drain(conn)
 
     def _handshake(self, conn: _Conn) -> None:
         try:
@@ -474,7 +478,7 @@ class Listener:
             conn.out = conn.out[n:]
             conn.deadline = self._deadline(self.clock() + self.limits.write_timeout)
         if conn.close_after:
-            self._close(conn)
+            self._linger(conn)
             return
         conn.state = _READING
         conn.idle = True
@@ -485,6 +489,31 @@ class Listener:
             conn.idle = False
             conn.deadline = self._deadline(self.clock() + self.limits.head_timeout)
             self._parse(conn)
+
+    def _linger(self, conn: _Conn) -> None:
+        """Close after the last response, but first drain what the client still sends (a body we refused, the
+        rest of an oversized head): closing with unread input makes the kernel reset the connection, and the
+        reset can destroy the response before the client reads it. Bounded by _LINGER_SECONDS."""
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except (OSError, ValueError):
+            self._close(conn)
+            return
+        conn.state = _LINGER
+        conn.buf.clear()
+        conn.deadline = self._deadline(self.clock() + _LINGER_SECONDS)
+        self._waiting[conn.sock.fileno()] = None
+        self._watch(conn, selectors.EVENT_READ)
+
+    def _drain(self, conn: _Conn) -> None:
+        try:
+            if conn.sock.recv(65536):
+                return
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except (OSError, ValueError):
+            pass
+        self._close(conn)
 
     # ------------------------------------------------------------------ workers
     def _work(self) -> None:
