@@ -3,11 +3,18 @@ basic auth from a web-config file (the exporter-toolkit keys: tls_server_config,
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import html
 import json
+import os
+import queue
+import re
 import ssl
+import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+import traceback
 
 import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
@@ -16,6 +23,7 @@ from exporter import __version__
 from exporter.catalog import SIGNALS_BY_ID
 from exporter.config import ConfigError
 from exporter.expose import SidecarCollector
+from exporter.listener import Limits, Listener, Request, Response
 
 
 def signals_document(view) -> dict:
@@ -55,6 +63,12 @@ def load_web_config(path: str | None) -> dict:
     if tls and not (tls.get("cert_file") and tls.get("key_file")):
         raise ConfigError(f"{path}: tls_server_config: needs cert_file and key_file")
     users = data.get("basic_auth_users") or {}
+    if not isinstance(users, dict):
+        raise ConfigError(f"{path}: basic_auth_users: must map user names to bcrypt hashes")
+    for user, hashed in users.items():
+        if ":" in str(user) or not _BCRYPT.fullmatch(str(hashed)):
+            raise ConfigError(f"{path}: basic_auth_users: {user}: " + ("a user name cannot contain ':'"
+                              if ":" in str(user) else "not a bcrypt hash (make one with htpasswd -nBC 10 '')"))
     if users:
         try:
             import bcrypt  # noqa: F401 - optional dependency, only for basic auth
@@ -64,76 +78,88 @@ def load_web_config(path: str | None) -> dict:
     return {"tls": tls, "users": users}
 
 
-def _check_auth(header: str | None, users: dict) -> bool:
-    if not users:
-        return True
-    if not header or not header.startswith("Basic "):
-        return False
-    try:
-        user, _, password = base64.b64decode(header[6:]).decode("utf-8").partition(":")
-    except (ValueError, UnicodeDecodeError):
-        return False
-    hashed = users.get(user)
-    if not hashed:
-        return False
-    import bcrypt
-    try:
-        return bcrypt.checkpw(password.encode(), str(hashed).encode())
-    except ValueError:   # a malformed hash in the web config never authenticates
-        return False
+class BasicAuth:
+    """Basic auth against bcrypt hashes, built so that neither the hashing cost nor its timing is a weakness.
 
+    - A verified (user, password) is remembered for `ttl` seconds as an HMAC under a per-process random key:
+      Prometheus scrapes every few seconds with the same credentials, and bcrypt's ~0.2 s per check would
+      otherwise be paid on each one. Only successes are remembered, one per user, and a wrong password never
+      replaces a good entry (else a stream of wrong passwords would push every scrape back onto bcrypt).
+    - An unknown user name is checked against a dummy hash of the configured cost, so it takes as long as a
+      wrong password for a real user: the answer time does not tell which user names exist.
+    - bcrypt runs on `verifiers` threads fed by a queue of `queue_size`; a request that finds the queue full is
+      answered 503 at once. A stream of failing attempts thus costs at most `verifiers` CPUs and never holds an
+      HTTP worker, so a scrape with remembered credentials is answered as fast as without auth.
+    """
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = f"sglang-exporter/{__version__}"
-    protocol_version = "HTTP/1.1"
-    timeout = 30      # a client that stalls mid-request (or mid-handshake) frees its thread
+    OK, DENIED, BUSY = "ok", "denied", "busy"
 
-    def setup(self):
-        super().setup()
-        # TLS handshake here, in the request's own thread: done in accept() it would let one silent client
-        # block every other scrape
-        if isinstance(self.connection, ssl.SSLSocket):
-            self.connection.do_handshake()
+    def __init__(self, users: dict, ttl: float = 60.0, verifiers: int = 2, queue_size: int = 32,
+                 clock=time.monotonic):
+        import bcrypt
+        self._bcrypt = bcrypt
+        self._users = {str(u): str(h).encode() for u, h in users.items()}
+        self._key = os.urandom(32)
+        self._ttl = ttl
+        self._clock = clock
+        self._remembered: dict[str, tuple[bytes, float]] = {}
+        cost = max(_bcrypt_cost(h) for h in self._users.values())
+        self._dummy = bcrypt.hashpw(os.urandom(16), bcrypt.gensalt(rounds=cost))
+        self._jobs: queue.Queue = queue.Queue(maxsize=queue_size)
+        for i in range(verifiers):
+            threading.Thread(target=self._verify_loop, name=f"http-auth-{i}", daemon=True).start()
 
-    def log_message(self, fmt, *args):   # quiet: access logs would flood the sidecar's own stderr
-        pass
-
-    def _send(self, code: int, body: bytes, ctype: str, extra: dict | None = None) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in (extra or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def do_HEAD(self):
-        self.do_GET()
-
-    def do_GET(self):
-        app = self.server.app
-        if not _check_auth(self.headers.get("Authorization"), app.users):
-            self._send(401, b"unauthorized\n", "text/plain", {"WWW-Authenticate": 'Basic realm="sglang-exporter"'})
+    def check(self, header: str | None, then) -> None:
+        """Call `then(OK | DENIED | BUSY)` once, now (remembered, malformed or busy) or from a verifier thread."""
+        parsed = _parse_basic(header)
+        if parsed is None:
+            then(self.DENIED)
             return
-        path = self.path.split("?", 1)[0]
+        user, password = parsed
+        mac = hmac.new(self._key, f"{user}:{password}".encode(), hashlib.sha256).digest()
+        hit = self._remembered.get(user)
+        if hit is not None and hit[1] > self._clock() and hmac.compare_digest(hit[0], mac):
+            then(self.OK)
+            return
         try:
-            if path == "/metrics":
-                self._send(200, generate_latest(app.registry), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._send(200, b"ok\n", "text/plain; charset=utf-8")
-            elif path == "/readyz":
-                ok = app.sidecar.ready()
-                self._send(200 if ok else 503, b"ready\n" if ok else b"starting\n", "text/plain; charset=utf-8")
-            elif path == "/api/v1/signals":
-                body = json.dumps(signals_document(app.sidecar.view()), indent=1, default=str).encode()
-                self._send(200, body, "application/json")
-            elif path == "/":
-                self._send(200, _landing(app.sidecar).encode(), "text/html; charset=utf-8")
-            else:
-                self._send(404, b"not found\n", "text/plain; charset=utf-8")
-        except BrokenPipeError:
-            pass
+            self._jobs.put_nowait((user, password, mac, then))
+        except queue.Full:
+            then(self.BUSY)
+
+    def _verify_loop(self) -> None:
+        while True:
+            user, password, mac, then = self._jobs.get()
+            hashed = self._users.get(user)
+            try:
+                ok = self._bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
+            except ValueError:
+                ok = False
+            if ok:
+                self._remembered[user] = (mac, self._clock() + self._ttl)
+            then(self.OK if ok else self.DENIED)
+
+
+def _parse_basic(header: str | None) -> tuple[str, str] | None:
+    if not header or header[:6].lower() != "basic ":
+        return None
+    try:
+        user, colon, password = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8").partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return (user, password) if colon else None
+
+
+_BCRYPT = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
+
+
+def _bcrypt_cost(hashed: bytes) -> int:
+    m = _BCRYPT.fullmatch(hashed.decode("ascii", "replace"))
+    return int(m.group(1)) if m else 10
+
+
+_PROBES = ("/healthz", "/readyz")
+_ROUTES = ("/metrics", "/api/v1/signals", "/")
+_TEXT = "text/plain; charset=utf-8"
 
 
 def _landing(sidecar) -> str:
@@ -148,37 +174,107 @@ def _landing(sidecar) -> str:
 
 
 class App:
+    """What each path answers. Probe paths never need credentials: the kubelet sends none, and with auth on
+    they say only ok / not ok. Everything else needs them when basic_auth_users is set; an unknown path then
+    answers 401 too, so it does not reveal which paths exist."""
+
     def __init__(self, sidecar, web: dict):
         self.sidecar = sidecar
-        self.users = web.get("users") or {}
+        users = web.get("users") or {}
+        self.auth = BasicAuth(users) if users else None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ProcessCollector(registry=None))
         self.registry.register(SidecarCollector(sidecar))
 
+    def handle(self, request: Request, reply) -> None:
+        if request.path in _PROBES:
+            reply(_only_get(request) or self._probe(request.path))
+        elif self.auth is None:
+            reply(self._safe_route(request))
+        else:
+            def then(verdict: str) -> None:
+                if verdict == BasicAuth.OK:
+                    reply(self._safe_route(request))
+                elif verdict == BasicAuth.BUSY:
+                    reply(Response(503, b"busy\n", headers={"Retry-After": "1"}))
+                else:
+                    reply(Response(401, b"unauthorized\n",
+                                   headers={"WWW-Authenticate": 'Basic realm="sglang-exporter", charset="UTF-8"'}))
+            self.auth.check(request.headers.get("authorization"), then)
 
-def make_server(sidecar, host: str, port: int, web: dict | None = None) -> ThreadingHTTPServer:
+    def _probe(self, path: str) -> Response:
+        if path == "/readyz":
+            ok = self.sidecar.ready()
+            return Response(200 if ok else 503, b"ready\n" if ok else b"starting\n")
+        healthy = getattr(self.sidecar, "healthy", None)     # older Sidecars have no self-check: healthy
+        ok, reason = healthy() if healthy is not None else (True, "")
+        if ok:
+            return Response(200, b"ok\n")
+        if self.auth is not None:
+            return Response(503, b"not ok\n")
+        word = re.match(r"[A-Za-z0-9_.-]{0,40}", str(reason)).group() or "unhealthy"
+        return Response(503, f"{word}\n".encode())
+
+    def _safe_route(self, request: Request) -> Response:
+        try:
+            return self._route(request)
+        except Exception:  # noqa: BLE001 - a broken page answers 500; it must not cost a worker or verifier
+            traceback.print_exc(file=sys.stderr)
+            return Response(500, b"internal error\n", close=True)
+
+    def _route(self, request: Request) -> Response:
+        path = request.path
+        if path not in _ROUTES:
+            return Response(404, b"not found\n")
+        refused = _only_get(request)
+        if refused is not None:
+            return refused
+        if path == "/metrics":
+            return Response(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
+        if path == "/api/v1/signals":
+            body = json.dumps(signals_document(self.sidecar.view()), indent=1, default=str).encode()
+            return Response(200, body, "application/json")
+        return Response(200, _landing(self.sidecar).encode(), "text/html; charset=utf-8")
+
+
+def _only_get(request: Request) -> Response | None:
+    if request.method in ("GET", "HEAD"):
+        return None
+    return Response(405, b"method not allowed\n", headers={"Allow": "GET, HEAD"})
+
+
+def make_server(sidecar, host: str, port: int, web: dict | None = None, limits: Limits | None = None) -> Listener:
+    """The exporter's listener on (host, port); run it with `serve_in_thread`, stop it with shutdown() and
+    server_close(). TLS handshakes run inside the listener's I/O loop, non-blocking, under the head deadline."""
     web = web or {}
-    server = _Server((host, port), _Handler)
-    server.daemon_threads = True
-    server.app = App(sidecar, web)
+    app = App(sidecar, web)
     tls = web.get("tls") or {}
+    ctx = None
     if tls:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(tls["cert_file"], tls["key_file"])
-        server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    _raise_fd_limit()
+    server = Listener((host, port), app.handle, limits=limits, ssl_context=ctx)
+    server.app = app
     return server
 
 
-class _Server(ThreadingHTTPServer):
-    def handle_error(self, request, client_address):
-        # failed handshakes, resets and timeouts of clients are not ours to print tracebacks about
-        import sys
-        if not isinstance(sys.exc_info()[1], (OSError, ssl.SSLError)):
-            super().handle_error(request, client_address)
+def _raise_fd_limit(want: int = 4096) -> None:
+    """Lift the soft open-files limit toward the hard one (as Go programs such as Prometheus do): with the
+    common soft limit of 1024, a few hundred idle connections would exhaust descriptors before the listener's
+    own connection limit applies."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
-def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
-    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="http", daemon=True)
+def serve_in_thread(server: Listener) -> threading.Thread:
+    t = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     t.start()
     return t

@@ -1,0 +1,555 @@
+"""A small HTTP/1.1 listener that keeps answering while hostile or broken clients hold connections open.
+
+Why not http.server: its ThreadingHTTPServer spawns one thread per connection, without bound, and that thread
+blocks reading the request head; its listen backlog is 5. Hundreds of idle or slow (slowloris) connections
+then pin hundreds of threads and the kernel drops new connections, scrapes among them. Well-kept libraries that
+fix this either lack TLS (waitress) or read request heads in worker threads too (cheroot), so a slow client
+still costs a thread; an ASGI stack is a lot of dependency for five GET endpoints.
+
+The shape here: one I/O thread owns every socket. It accepts (backlog `Limits.backlog`), runs TLS handshakes
+non-blocking, reads request heads under a deadline and writes responses non-blocking, all through one
+selector, so an idle or slow connection costs a file descriptor and a few KiB, never a thread. Only a complete,
+parsed request head goes to a fixed pool of worker threads through a bounded queue; a worker calls the handler,
+which hands back a `Response` (from any thread, via `reply`) for the I/O thread to write. What bounds what:
+
+- threads: 1 I/O thread + `Limits.workers`, whatever the clients do;
+- connections: `Limits.max_connections`; at the limit (or when the process is out of file descriptors) the
+  connection that has waited longest for its request head is closed to make room, so a flood of idle
+  connections cannot lock a scraper out;
+- time: a new connection has `head_timeout` from accept to finish its TLS handshake and request head (a
+  slowloris sending a byte a second is cut there, not after every byte); a keep-alive connection may idle
+  `idle_timeout` before its next request; a response that makes no write progress for `write_timeout` ends
+  the connection; a connection serves at most `max_requests_per_connection` requests;
+- size: a request head over `max_head_bytes` answers 431 (414 when the request line alone is that long), more
+  than `max_headers` header lines 431; only GET-style requests without a body are expected, so a request that
+  announces a body is answered and the connection closed without reading it;
+- work: at most `queue_size` requests wait for a worker; beyond that the I/O thread answers 503 itself.
+"""
+from __future__ import annotations
+
+import errno
+import re
+import selectors
+import socket
+import ssl
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from http import HTTPStatus
+from queue import Full, Queue
+from urllib.parse import urlsplit
+
+
+@dataclass(frozen=True)
+class Limits:
+    head_timeout: float = 5.0
+    idle_timeout: float = 30.0
+    write_timeout: float = 10.0
+    max_head_bytes: int = 8192
+    max_headers: int = 64
+    max_connections: int = 1024
+    max_requests_per_connection: int = 1000
+    workers: int = 4
+    queue_size: int = 64
+    backlog: int = 1024
+
+
+@dataclass
+class Request:
+    method: str
+    target: str
+    path: str              # the target's path, without query string
+    version: str           # "HTTP/1.1" or "HTTP/1.0"
+    headers: dict          # lower-cased name -> value (names that may not repeat are checked)
+    client: tuple
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "text/plain; charset=utf-8"
+    headers: dict = field(default_factory=dict)
+    close: bool = False
+
+
+Handler = Callable[[Request, Callable[[Response], None]], None]
+
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+# a repeated Content-Length or Authorization is ambiguous (request smuggling, credential confusion): 400
+_SINGLE = frozenset({"content-length", "authorization", "host", "transfer-encoding"})
+
+_READING, _HANDSHAKE, _BUSY, _WRITING, _LINGER = "reading", "handshake", "busy", "writing", "linger"
+# after the last response of a connection: how long its unread input is drained before closing
+_LINGER_SECONDS = 2.0
+
+
+class _Conn:
+    __slots__ = ("sock", "addr", "state", "buf", "out", "deadline", "served", "close_after", "events", "idle")
+
+    def __init__(self, sock, addr, state, deadline):
+        self.sock = sock
+        self.addr = addr
+        self.state = state
+        self.buf = bytearray()
+        self.out = memoryview(b"")
+        self.deadline = deadline
+        self.served = 0
+        self.close_after = False
+        self.events = 0          # what the selector watches for this socket (0: not registered)
+        # between keep-alive requests: the idle deadline runs until the next request's first byte. A new
+        # connection is not idle: its head deadline runs from accept
+        self.idle = False
+
+
+class _Pending:
+    """The one-shot `reply` of a request: the first call counts, from whichever thread makes it."""
+    __slots__ = ("listener", "conn", "request", "lock", "done")
+
+    def __init__(self, listener, conn, request):
+        self.listener, self.conn, self.request = listener, conn, request
+        self.lock = threading.Lock()
+        self.done = False
+
+    def __call__(self, response: Response) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+        self.listener._reply(self.conn, self.request, response)
+
+
+class Listener:
+    """Serves `handler` on (host, port); `serve_forever` runs the I/O loop, `shutdown` + `server_close` stop it.
+
+    The method names match socketserver's, so callers stop it the way they stopped http.server."""
+
+    def __init__(self, address: tuple, handler: Handler, limits: Limits | None = None,
+                 ssl_context: ssl.SSLContext | None = None, clock=time.monotonic):
+        self.limits = limits or Limits()
+        self.handler = handler
+        self.ssl_context = ssl_context
+        self.clock = clock
+        host, port = address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.create_server((host, port), family=family, backlog=self.limits.backlog)
+        self.socket.setblocking(False)
+        self.server_address = self.socket.getsockname()
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._conns: dict[int, _Conn] = {}          # fd -> connection
+        self._waiting: dict[int, None] = {}         # fds awaiting a request head, oldest first (eviction order)
+        self._done: deque = deque()                 # (conn, bytes, close) handed back by workers
+        self._jobs: Queue = Queue(maxsize=self.limits.queue_size)
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
+        self._closed = False
+        self._accept_paused_until: float | None = None
+        self._next_sweep: float | None = None
+        self._workers = [threading.Thread(target=self._work, name=f"http-worker-{i}", daemon=True)
+                         for i in range(self.limits.workers)]
+        for t in self._workers:
+            t.start()
+
+    # ------------------------------------------------------------------ lifecycle
+    def serve_forever(self, poll_interval: float | None = None) -> None:
+        """Run the I/O loop until `shutdown`. (`poll_interval` is accepted for socketserver's signature only:
+        shutdown wakes the loop through a socket pair, nothing polls.)"""
+        self._stop.clear()
+        self._stopped.clear()
+        sel = self._selector
+        sel.register(self.socket, selectors.EVENT_READ, None)
+        sel.register(self._wake_r, selectors.EVENT_READ, None)
+        try:
+            while not self._stop.is_set():
+                timeout = None
+                if self._next_sweep is not None:
+                    timeout = max(0.0, self._next_sweep - self.clock())
+                for key, _ in sel.select(timeout):
+                    if key.fileobj is self.socket:
+                        self._accept()
+                    elif key.fileobj is self._wake_r:
+                        self._drain_wake()
+                    else:
+                        conn = self._conns.get(key.fd)
+                        if conn is not None:
+                            self._step(conn)
+                self._take_replies()
+                if self._next_sweep is not None and self.clock() >= self._next_sweep:
+                    self._sweep()
+        finally:
+            for obj in (self.socket, self._wake_r):
+                try:
+                    sel.unregister(obj)
+                except (KeyError, ValueError):
+                    pass
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wake()
+        self._stopped.wait(10)
+
+    def server_close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._wake()
+        self._stopped.wait(10)
+        for conn in list(self._conns.values()):
+            self._close(conn)
+        for _ in self._workers:
+            self._jobs.put(None)
+        for t in self._workers:
+            t.join(5)
+        self.socket.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        self._selector.close()
+
+    def connection_count(self) -> int:
+        return len(self._conns)
+
+    # ------------------------------------------------------------------ I/O thread
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):   # full: a wake-up is already pending; closed: nothing to wake
+            pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _deadline(self, when: float) -> float:
+        if self._next_sweep is None or when < self._next_sweep:
+            self._next_sweep = when
+        return when
+
+    def _watch(self, conn: _Conn, events: int) -> None:
+        if events == conn.events:
+            return
+        if conn.events and events:
+            self._selector.modify(conn.sock, events)
+        elif events:
+            self._selector.register(conn.sock, events)
+        else:
+            self._selector.unregister(conn.sock)
+        conn.events = events
+
+    def _accept(self) -> None:
+        now = self.clock()
+        for _ in range(64):      # a batch, then back to the loop: a connect flood must not starve the rest
+            try:
+                sock, addr = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    if self._evict():
+                        continue
+                    # nothing to close and no descriptor to accept with: stop watching the listening socket
+                    # for a moment (it would stay readable and spin the loop), the backlog keeps the rest
+                    self._selector.unregister(self.socket)
+                    self._accept_paused_until = self._deadline(now + 0.1)
+                return
+            if len(self._conns) >= self.limits.max_connections and not self._evict():
+                sock.close()
+                continue
+            sock.setblocking(False)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+            state = _READING
+            if self.ssl_context is not None:
+                try:
+                    sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (OSError, ValueError):
+                    sock.close()
+                    continue
+                state = _HANDSHAKE
+            conn = _Conn(sock, addr, state, self._deadline(now + self.limits.head_timeout))
+            self._conns[sock.fileno()] = conn
+            self._waiting[sock.fileno()] = None
+            self._watch(conn, selectors.EVENT_READ)
+
+    def _evict(self) -> bool:
+        """Close the connection that has waited longest for a request head; False when there is none."""
+        for fd in self._waiting:
+            conn = self._conns.get(fd)
+            if conn is not None:
+                self._close(conn)
+                return True
+        return False
+
+    def _close(self, conn: _Conn) -> None:
+        fd = conn.sock.fileno()
+        if fd < 0:
+            return
+        self._watch(conn, 0)
+        self._conns.pop(fd, None)
+        self._waiting.pop(fd, None)
+        try:
+            conn.sock.close()      # no TLS close_notify: it could block on a client that stopped reading
+        except OSError:
+            pass
+
+    def _sweep(self) -> None:
+        now = self.clock()
+        nearest = None
+        if self._accept_paused_until is not None:
+            if now >= self._accept_paused_until:
+                self._accept_paused_until = None
+                self._selector.register(self.socket, selectors.EVENT_READ, None)
+            else:
+                nearest = self._accept_paused_until
+        for conn in list(self._conns.values()):
+            if conn.state == _BUSY:
+                continue        # the handler owns it; bounded by the worker queue, not by a clock
+            if now >= conn.deadline:
+                self._close(conn)
+            elif nearest is None or conn.deadline < nearest:
+                nearest = conn.deadline
+        self._next_sweep = nearest
+
+    def _step(self, conn: _Conn) -> None:
+        if conn.state == _HANDSHAKE:
+            self._handshake(conn)
+        elif conn.state == _READING:
+            self._read(conn)
+        elif conn.state == _WRITING:
+            self._write(conn)
+        elif conn.state == _LINGER:
+            self._drain(conn)
+
+    def _handshake(self, conn: _Conn) -> None:
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._watch(conn, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._watch(conn, selectors.EVENT_WRITE)
+            return
+        except (OSError, ValueError):    # a failed handshake (plain HTTP on the TLS port, bad client): drop it
+            self._close(conn)
+            return
+        conn.state = _READING
+        self._watch(conn, selectors.EVENT_READ)
+        self._read(conn)       # the handshake's last flight may have carried the request too
+
+    def _read(self, conn: _Conn) -> None:
+        while True:
+            try:
+                data = conn.sock.recv(65536)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+                self._watch(conn, selectors.EVENT_READ)
+                break
+            except ssl.SSLWantWriteError:
+                self._watch(conn, selectors.EVENT_WRITE)
+                break
+            except (OSError, ValueError):
+                self._close(conn)
+                return
+            if not data:
+                self._close(conn)
+                return
+            if conn.idle:
+                # a keep-alive connection's next request has begun: its head now has head_timeout to arrive
+                conn.idle = False
+                conn.deadline = self._deadline(self.clock() + self.limits.head_timeout)
+            conn.buf += data
+            # TLS may hold decrypted bytes the selector will not report again: read on while it has some
+            if len(conn.buf) > self.limits.max_head_bytes or _HEAD_END.search(conn.buf) \
+                    or not isinstance(conn.sock, ssl.SSLSocket) or not conn.sock.pending():
+                break
+        self._parse(conn)
+
+    def _parse(self, conn: _Conn) -> None:
+        while conn.buf[:1] in (b"\r", b"\n"):      # RFC 9112 2.2: ignore blank lines before a request line
+            del conn.buf[:1]
+        limit = self.limits.max_head_bytes
+        m = _HEAD_END.search(conn.buf)
+        if (m.end() if m else len(conn.buf)) > limit:
+            line_too_long = b"\n" not in conn.buf[:limit]
+            self._fail(conn, HTTPStatus.REQUEST_URI_TOO_LONG if line_too_long
+                       else HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
+            return
+        if m is None:
+            return
+        head = bytes(conn.buf[:m.start()])
+        del conn.buf[:m.end()]
+        request, error = self._parse_head(head, conn.addr)
+        if error is not None:
+            self._fail(conn, error)
+            return
+        conn.served += 1
+        conn.close_after = _wants_close(request) or conn.served >= self.limits.max_requests_per_connection
+        conn.state = _BUSY
+        self._waiting.pop(conn.sock.fileno(), None)
+        self._watch(conn, 0)
+        try:
+            self._jobs.put_nowait((conn, request))
+        except Full:
+            busy = Response(HTTPStatus.SERVICE_UNAVAILABLE, b"busy\n", headers={"Retry-After": "1"})
+            self._start_write(conn, _serialize(request, busy, True), True)
+
+    def _parse_head(self, head: bytes, client) -> tuple[Request | None, int | None]:
+        lines = head.split(b"\n")
+        parts = lines[0].rstrip(b"\r").split(b" ")
+        if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
+            return None, HTTPStatus.BAD_REQUEST
+        method, target, version = (p.decode("latin-1") for p in parts)
+        if version not in ("HTTP/1.1", "HTTP/1.0"):
+            return None, (HTTPStatus.HTTP_VERSION_NOT_SUPPORTED if re.fullmatch(r"HTTP/\d(\.\d)?", version)
+                          else HTTPStatus.BAD_REQUEST)
+        if len(lines) - 1 > self.limits.max_headers:
+            return None, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+        headers: dict[str, str] = {}
+        for raw in lines[1:]:
+            name, colon, value = raw.rstrip(b"\r").partition(b":")
+            if not colon or not _TOKEN.fullmatch(name):    # also refuses obsolete line folding
+                return None, HTTPStatus.BAD_REQUEST
+            key = name.decode("ascii").lower()
+            if key in headers:
+                if key in _SINGLE:
+                    return None, HTTPStatus.BAD_REQUEST
+                headers[key] += ", " + value.strip().decode("latin-1")
+            else:
+                headers[key] = value.strip().decode("latin-1")
+        length = headers.get("content-length", "0")
+        if not length.isdigit():
+            return None, HTTPStatus.BAD_REQUEST
+        if target.startswith("/"):
+            path = target.split("?", 1)[0]
+        elif target.startswith(("http://", "https://")):     # absolute form (RFC 9112 3.2.2)
+            path = urlsplit(target).path or "/"
+        else:
+            path = ""           # "*" or garbage: no route matches, the handler answers 404
+        return Request(method, target, path, version, headers, client), None
+
+    def _fail(self, conn: _Conn, status: int) -> None:
+        """Answer a request the I/O thread refuses by itself, then close."""
+        conn.state = _BUSY
+        self._waiting.pop(conn.sock.fileno(), None)
+        body = f"{HTTPStatus(status).phrase.lower()}\n".encode()
+        self._start_write(conn, _serialize(None, Response(status, body), True), True)
+
+    def _take_replies(self) -> None:
+        while self._done:
+            conn, data, close = self._done.popleft()
+            if self._conns.get(conn.sock.fileno()) is conn:
+                self._start_write(conn, data, close)
+
+    def _start_write(self, conn: _Conn, data: bytes, close: bool) -> None:
+        conn.state = _WRITING
+        conn.close_after = conn.close_after or close
+        conn.out = memoryview(data)
+        conn.deadline = self._deadline(self.clock() + self.limits.write_timeout)
+        self._write(conn)
+
+    def _write(self, conn: _Conn) -> None:
+        while conn.out:
+            try:
+                n = conn.sock.send(conn.out)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
+                self._watch(conn, selectors.EVENT_WRITE)
+                return
+            except ssl.SSLWantReadError:
+                self._watch(conn, selectors.EVENT_READ)
+                return
+            except (OSError, ValueError):
+                self._close(conn)
+                return
+            conn.out = conn.out[n:]
+            conn.deadline = self._deadline(self.clock() + self.limits.write_timeout)
+        if conn.close_after:
+            self._linger(conn)
+            return
+        conn.state = _READING
+        conn.idle = True
+        conn.deadline = self._deadline(self.clock() + self.limits.idle_timeout)
+        self._waiting[conn.sock.fileno()] = None
+        self._watch(conn, selectors.EVENT_READ)
+        if conn.buf:            # a pipelined request already arrived
+            conn.idle = False
+            conn.deadline = self._deadline(self.clock() + self.limits.head_timeout)
+            self._parse(conn)
+
+    def _linger(self, conn: _Conn) -> None:
+        """Close after the last response, but first drain what the client still sends (a body we refused, the
+        rest of an oversized head): closing with unread input makes the kernel reset the connection, and the
+        reset can destroy the response before the client reads it. Bounded by _LINGER_SECONDS."""
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except (OSError, ValueError):
+            self._close(conn)
+            return
+        conn.state = _LINGER
+        conn.buf.clear()
+        conn.deadline = self._deadline(self.clock() + _LINGER_SECONDS)
+        self._waiting[conn.sock.fileno()] = None
+        self._watch(conn, selectors.EVENT_READ)
+
+    def _drain(self, conn: _Conn) -> None:
+        try:
+            if conn.sock.recv(65536):
+                return
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except (OSError, ValueError):
+            pass
+        self._close(conn)
+
+    # ------------------------------------------------------------------ workers
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            conn, request = job
+            reply = _Pending(self, conn, request)
+            try:
+                self.handler(request, reply)
+            except Exception:  # noqa: BLE001 - one broken request must not take a worker with it
+                traceback.print_exc(file=sys.stderr)
+                reply(Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", close=True))
+
+    def _reply(self, conn: _Conn, request: Request, response: Response) -> None:
+        close = response.close or conn.close_after
+        self._done.append((conn, _serialize(request, response, close), close))
+        self._wake()
+
+
+def _wants_close(request: Request) -> bool:
+    tokens = {t.strip().lower() for t in request.headers.get("connection", "").split(",")}
+    body = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+    # a body we do not read would be taken for the next request: answer, then close
+    return request.version == "HTTP/1.0" or "close" in tokens or body
+
+
+def _serialize(request: Request | None, response: Response, close: bool) -> bytes:
+    status = HTTPStatus(response.status)
+    lines = [f"HTTP/1.1 {status.value} {status.phrase}", f"Date: {formatdate(usegmt=True)}",
+             f"Content-Type: {response.content_type}", f"Content-Length: {len(response.body)}"]
+    lines += [f"{k}: {v}" for k, v in response.headers.items()]
+    if close:
+        lines.append("Connection: close")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    if request is not None and request.method == "HEAD":
+        return head
+    return head + response.body
