@@ -502,6 +502,26 @@ METRICS: tuple[MetricSpec, ...] = (
 
 METRICS_BY_NAME = {m.name: m for m in METRICS}
 
+# The values a number read from SGLang must lie in to be believed: name -> (low, high), both inclusive. A
+# value that is not finite (NaN, +Inf, -Inf) or falls outside is malformed: it is dropped and counted by reason
+# ("non_finite", "out_of_range"), never stored or exported. The names are those of the values the exporter
+# keeps (scrape.py's per-rank gauges and counters; the log side may read the same table); the bounds are
+# sanity, not health: far beyond anything a real server reports, well short of what breaks arithmetic.
+COUNT_MAX = 1e9                  # requests, tokens per second: no server holds a billion
+COUNTER_MAX = float(2 ** 53)     # cumulative counts: past 2^53 a float no longer counts in ones
+VALUE_RANGES: dict[str, tuple[float, float]] = {
+    "queue": (0.0, COUNT_MAX),               # requests waiting (sglang:num_queue_reqs, #queue-req)
+    "running": (0.0, COUNT_MAX),             # requests running (sglang:num_running_reqs, #running-req)
+    "usage": (0.0, 1.5),                     # KV pool usage ratio; SGLang may overshoot 1 briefly
+    "throughput": (0.0, COUNT_MAX),          # generated tokens per second
+    "cuda_graph": (0.0, 1.0),                # a 0/1 flag
+    "retracted_requests": (0.0, COUNTER_MAX),  # counters (cumulative)
+    "generation_tokens": (0.0, COUNTER_MAX),
+    "prompt_tokens": (0.0, COUNTER_MAX),
+    "histogram_bucket": (0.0, COUNTER_MAX),  # a latency histogram's cumulative bucket count
+    "bytes": (0.0, float(2 ** 50)),          # GPU memory figures: below 1 PiB
+}
+
 
 def active_signals(profile: str) -> list[Signal]:
     return [s for s in SIGNALS if s.params(profile) is not None]

@@ -240,7 +240,7 @@ def test_connection_refused():
     port = free_port()
     t0 = time.monotonic()
     res = scrape(f"http://127.0.0.1:{port}/metrics", 1.0, 1 << 20)
-    assert not res.success and res.error.startswith("unreachable")
+    assert not res.success and res.error.startswith("refused")
     assert time.monotonic() - t0 < 1.0
 
 
@@ -249,7 +249,7 @@ def test_slow_headers_fail_within_bounded_time(target):
     t0 = time.monotonic()
     res = scrape(target.url, 0.5, 1 << 20)
     elapsed = time.monotonic() - t0
-    assert not res.success and "timed out" in res.error
+    assert not res.success and res.error.startswith("timeout")
     assert elapsed < 1.5
 
 
@@ -259,7 +259,7 @@ def test_dribbling_body_fails_within_bounded_time(target):
     t0 = time.monotonic()
     res = scrape(target.url, 0.6, 1 << 20)
     elapsed = time.monotonic() - t0
-    assert not res.success and "timed out" in res.error
+    assert not res.success and res.error.startswith("timeout")
     assert elapsed < 1.5
 
 
@@ -268,7 +268,7 @@ def test_dribbling_body_fails_within_bounded_time(target):
 def test_garbage(target, body):
     target.serve(ok(body))
     res = scrape(target.url, 2.0, 1 << 20)
-    assert not res.success and "not a Prometheus exposition" in res.error
+    assert not res.success and res.error.startswith("not an exposition")
 
 
 @pytest.mark.parametrize("mode", [None, "nolength"])
@@ -276,7 +276,7 @@ def test_huge_response_over_cap(target, mode):
     body = V0_3_6 * 200
     target.serve((200, body, mode))
     res = scrape(target.url, 2.0, 10_000)
-    assert not res.success and "larger than 10000 bytes" in res.error
+    assert not res.success and res.error.startswith("too large") and "10000 bytes" in res.error
     target.serve((200, V0_3_6, mode))
     assert scrape(target.url, 2.0, 10_000).success
 
@@ -284,7 +284,7 @@ def test_huge_response_over_cap(target, mode):
 def test_http_500(target):
     target.serve((500, "internal error", None))
     res = scrape(target.url, 2.0, 1 << 20)
-    assert not res.success and res.error == "HTTP 500"
+    assert not res.success and res.error == "http 500"
 
 
 # ---------------------------------------------------------------------------------------------- sidecar
@@ -342,7 +342,7 @@ def test_metrics_only_down_target_everything_unknown():
     sc = Sidecar(Config(sglang_url=f"http://127.0.0.1:{free_port()}", scrape_timeout=0.5), clock=Clock())
     sc.scrape_once()
     view = sc.view()
-    assert view.scrape["success"] is False and "unreachable" in view.scrape["error"]
+    assert view.scrape["success"] is False and view.scrape["error"].startswith("refused")
     assert all(j.firing is None for j in view.snapshot.judgements.values())
     fams = families(sc)
     assert metric(fams, "sglang_exporter_source_up", {"source": SGLANG_SOURCE}) == 0.0
