@@ -410,8 +410,11 @@ META_ALERTS: tuple[MetaAlert, ...] = (
     MetaAlert(AlertSpec("SGLangTargetDown", "5m", "The sglang-exporter sidecar cannot scrape SGLang's /metrics.",
                         "{{ $labels.instance }}: scraping SGLang's /metrics fails ({{ $labels.source }}).",
                         page=True),
-              "critical", "The sidecar's last scrapes of SGLang's /metrics failed.",
-              "SGLang is down or unreachable; metric-fed signals report unknown."),
+              "critical", "The sidecar's last scrapes of SGLang's /metrics failed (the sidecar logs why: "
+                          "refused, timeout, http 500, protocol, too large, not an exposition), or none finished "
+                          "for 2 x (scrape_interval + scrape_timeout): its scraper is stuck.",
+              "SGLang is down, unreachable or replying garbage; metric-fed signals report unknown, and after "
+              "scrape_stale_after the values only /metrics gave are no longer exported."),
     MetaAlert(AlertSpec("SGLangLogParserDrift", "30m",
                         "The sglang-exporter sidecar no longer recognises SGLang's log lines.",
                         "{{ $labels.instance }}: {{ $value | humanizePercentage }} of SGLang log records were "
@@ -492,12 +495,16 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_log_rotations_total", "counter", "Log rotations followed.", ("source",)),
     MetricSpec(f"{NS}_log_truncations_total", "counter", "Log truncations detected.", ("source",)),
     MetricSpec(f"{NS}_log_lines_cut_total", "counter", "Lines longer than the cap, cut.", ("source",)),
-    MetricSpec(f"{NS}_source_up", "gauge", "1 when the source (a log file, or SGLang's /metrics) was read "
-               "successfully last time.", ("source",)),
-    MetricSpec(f"{NS}_scrape_success", "gauge", "1 when the last scrape of SGLang's /metrics succeeded.",
+    MetricSpec(f"{NS}_source_up", "gauge", "1 when the source is being read: a log file read successfully "
+               "last time; SGLang's /metrics when its last scrape succeeded, less than scrape_stale_after ago.",
+               ("source",)),
+    MetricSpec(f"{NS}_scrape_success", "gauge", "1 when the last scrape of SGLang's /metrics succeeded; 0 "
+               "too when none finished for 2 x (scrape_interval + scrape_timeout) (a stuck scraper).",
                ("source",)),
     MetricSpec(f"{NS}_scrape_duration_seconds", "gauge", "Duration of the last scrape of SGLang's /metrics.",
                ("source",)),
+    MetricSpec(f"{NS}_scrape_samples_rejected_total", "counter", "Samples of SGLang's /metrics dropped as "
+               "malformed, by reason (non_finite, out_of_range, bad_le).", ("reason",)),
 )
 
 METRICS_BY_NAME = {m.name: m for m in METRICS}

@@ -30,6 +30,7 @@ class Config:
     scrape_interval: float = 15.0
     scrape_timeout: float = 5.0
     scrape_max_bytes: int = 16 * 1024 * 1024
+    scrape_stale_after: float | None = None   # seconds; None: 3 x scrape_interval (see stale_after)
     max_line_bytes: int = 1 << 20
     poll_interval: float = 0.25
     evaluate_interval: float = 5.0
@@ -50,6 +51,11 @@ class Config:
         return out
 
     @property
+    def stale_after(self) -> float:
+        """Seconds after the last good scrape past which its values are dropped and /metrics reads as down."""
+        return self.scrape_stale_after if self.scrape_stale_after is not None else 3 * self.scrape_interval
+
+    @property
     def listen_host_port(self) -> tuple[str, int]:
         return split_host_port(self.listen, "listen")
 
@@ -59,6 +65,7 @@ _SCALARS = {
     "log_files": (list, "LOG_FILE"), "from_start": (bool, "FROM_START"), "sglang_url": (str, "SGLANG_URL"),
     "listen": (str, "LISTEN"), "profile": (str, "PROFILE"), "scrape_interval": (float, "SCRAPE_INTERVAL"),
     "scrape_timeout": (float, "SCRAPE_TIMEOUT"), "scrape_max_bytes": (int, "SCRAPE_MAX_BYTES"),
+    "scrape_stale_after": (float, "SCRAPE_STALE_AFTER"),
     "max_line_bytes": (int, "MAX_LINE_BYTES"), "poll_interval": (float, "POLL_INTERVAL"),
     "evaluate_interval": (float, "EVALUATE_INTERVAL"), "web_config": (str, "WEB_CONFIG"),
 }
@@ -222,6 +229,10 @@ def validate(cfg: Config, origin: dict | None = None) -> Config:
     if cfg.scrape_timeout >= cfg.scrape_interval:
         raise ConfigError(f"{at('scrape_timeout')}: scrape_timeout ({cfg.scrape_timeout}s) must be below "
                           f"scrape_interval ({cfg.scrape_interval}s, from {at('scrape_interval')})")
+    if cfg.scrape_stale_after is not None and cfg.scrape_stale_after < cfg.scrape_interval:
+        raise ConfigError(f"{at('scrape_stale_after')}: scrape_stale_after ({cfg.scrape_stale_after}s) must be at "
+                          f"least scrape_interval ({cfg.scrape_interval}s, from {at('scrape_interval')}), or "
+                          "values would vanish between two good scrapes")
     split_host_port(cfg.listen, at("listen"))
     if cfg.sglang_url:
         u = urlparse(cfg.sglang_url)
