@@ -1,7 +1,8 @@
 """What we know about one SGLang server: latest values per rank, start-up facts per epoch, and bounded time
 windows of the samples and events the signals judge.
 
-State changes only through `apply_event`, `apply_row`, `apply_scrape` and `expire`; it never reads a clock.
+State changes only through `apply_event`, `apply_row`, `apply_scrape`, `forget_scrape` and `expire`; it never
+reads a clock.
 Window tallies are classified against the thresholds in force when the sample arrives (the profile is fixed
 for a process), so evaluation stays O(1) per signal however long the window.
 

@@ -159,9 +159,8 @@ class Clock:
 
 def metrics_only(upstream, **over) -> tuple[Sidecar, Clock, App]:
     clock = Clock()
-    cfg = Config(sglang_url=upstream.url, scrape_interval=INTERVAL, scrape_timeout=TIMEOUT,
-                 scrape_max_bytes=MAX_BYTES, **over)
-    sc = Sidecar(cfg, clock=clock)
+    settings = {"scrape_interval": INTERVAL, "scrape_timeout": TIMEOUT, "scrape_max_bytes": MAX_BYTES, **over}
+    sc = Sidecar(Config(sglang_url=upstream.url, **settings), clock=clock)
     return sc, clock, App(sc, {})
 
 
@@ -337,7 +336,7 @@ def test_a_fault_of_ours_is_counted_and_scraping_goes_on(upstream, monkeypatch):
 
 def test_the_scrape_thread_survives_what_it_did_not_expect(upstream, monkeypatch):
     """A fault escaping scrape_once (here: injected) is logged and counted; the thread keeps scraping."""
-    sc, _, _ = metrics_only(upstream)
+    sc, _, _ = metrics_only(upstream, scrape_interval=0.02)
     real, calls = sc.scrape_once, []
 
     def flaky():
@@ -346,7 +345,6 @@ def test_the_scrape_thread_survives_what_it_did_not_expect(upstream, monkeypatch
             raise RuntimeError("unexpected")
         real()
     monkeypatch.setattr(sc, "scrape_once", flaky)
-    sc.config = Config(sglang_url=upstream.url, scrape_interval=0.02, scrape_timeout=0.01)
     thread = threading.Thread(target=sc._scrape_loop, daemon=True)
     thread.start()
     try:
