@@ -483,7 +483,8 @@ def detail_panels() -> list:
               targets=[Target(f"sum by ({BY}, kind) (rate({NS}_log_events_total{{{SEL}}}[$__rate_interval]))",
                               "{{instance}} {{kind}}")]),
         Panel("Sources up", "state-timeline", "none",
-              shows="Whether each source (a log file, or SGLang's /metrics) was read successfully last time.",
+              shows="Whether each source is being read: a log file read successfully last time; SGLang's "
+                    "/metrics scraped successfully last time, less than scrape_stale_after ago.",
               good="up everywhere.",
               bad="down: the log file is missing or unreadable, or SGLang's /metrics does not answer "
                   "(SGLangTargetDown).",
