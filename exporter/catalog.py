@@ -410,8 +410,11 @@ META_ALERTS: tuple[MetaAlert, ...] = (
     MetaAlert(AlertSpec("SGLangTargetDown", "5m", "The sglang-exporter sidecar cannot scrape SGLang's /metrics.",
                         "{{ $labels.instance }}: scraping SGLang's /metrics fails ({{ $labels.source }}).",
                         page=True),
-              "critical", "The sidecar's last scrapes of SGLang's /metrics failed.",
-              "SGLang is down or unreachable; metric-fed signals report unknown."),
+              "critical", "The sidecar's last scrapes of SGLang's /metrics failed (the sidecar logs why: "
+                          "refused, timeout, http 500, protocol, too large, not an exposition), or none finished "
+                          "for 2 x (scrape_interval + scrape_timeout): its scraper is stuck.",
+              "SGLang is down, unreachable or replying garbage; metric-fed signals report unknown, and after "
+              "scrape_stale_after the values only /metrics gave are no longer exported."),
     MetaAlert(AlertSpec("SGLangLogParserDrift", "30m",
                         "The sglang-exporter sidecar no longer recognises SGLang's log lines.",
                         "{{ $labels.instance }}: {{ $value | humanizePercentage }} of SGLang log records were "
@@ -492,17 +495,41 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_log_rotations_total", "counter", "Log rotations followed.", ("source",)),
     MetricSpec(f"{NS}_log_truncations_total", "counter", "Log truncations detected.", ("source",)),
     MetricSpec(f"{NS}_log_lines_cut_total", "counter", "Lines longer than the cap, cut.", ("source",)),
-    MetricSpec(f"{NS}_source_up", "gauge", "1 when the source (a log file, or SGLang's /metrics) was read "
-               "successfully last time.", ("source",)),
-    MetricSpec(f"{NS}_scrape_success", "gauge", "1 when the last scrape of SGLang's /metrics succeeded.",
+    MetricSpec(f"{NS}_source_up", "gauge", "1 when the source is being read: a log file read successfully "
+               "last time; SGLang's /metrics when its last scrape succeeded, less than scrape_stale_after ago.",
+               ("source",)),
+    MetricSpec(f"{NS}_scrape_success", "gauge", "1 when the last scrape of SGLang's /metrics succeeded; 0 "
+               "too when none finished for 2 x (scrape_interval + scrape_timeout) (a stuck scraper).",
                ("source",)),
     MetricSpec(f"{NS}_scrape_duration_seconds", "gauge", "Duration of the last scrape of SGLang's /metrics.",
                ("source",)),
     MetricSpec(f"{NS}_worker_errors_total", "counter", "Unexpected errors caught in a worker (follow, scrape, "
                "evaluate, positions); the worker goes on.", ("worker",)),
+    MetricSpec(f"{NS}_scrape_samples_rejected_total", "counter", "Samples of SGLang's /metrics dropped as "
+               "malformed, by reason (non_finite, out_of_range, bad_le).", ("reason",)),
 )
 
 METRICS_BY_NAME = {m.name: m for m in METRICS}
+
+# The values a number read from SGLang must lie in to be believed: name -> (low, high), both inclusive. A
+# value that is not finite (NaN, +Inf, -Inf) or falls outside is malformed: it is dropped and counted by reason
+# ("non_finite", "out_of_range"), never stored or exported. The names are those of the values the exporter
+# keeps (scrape.py's per-rank gauges and counters; the log side may read the same table); the bounds are
+# sanity, not health: far beyond anything a real server reports, well short of what breaks arithmetic.
+COUNT_MAX = 1e9                  # requests, tokens per second: no server holds a billion
+COUNTER_MAX = float(2 ** 53)     # cumulative counts: past 2^53 a float no longer counts in ones
+VALUE_RANGES: dict[str, tuple[float, float]] = {
+    "queue": (0.0, COUNT_MAX),               # requests waiting (sglang:num_queue_reqs, #queue-req)
+    "running": (0.0, COUNT_MAX),             # requests running (sglang:num_running_reqs, #running-req)
+    "usage": (0.0, 1.5),                     # KV pool usage ratio; SGLang may overshoot 1 briefly
+    "throughput": (0.0, COUNT_MAX),          # generated tokens per second
+    "cuda_graph": (0.0, 1.0),                # a 0/1 flag
+    "retracted_requests": (0.0, COUNTER_MAX),  # counters (cumulative)
+    "generation_tokens": (0.0, COUNTER_MAX),
+    "prompt_tokens": (0.0, COUNTER_MAX),
+    "histogram_bucket": (0.0, COUNTER_MAX),  # a latency histogram's cumulative bucket count
+    "bytes": (0.0, float(2 ** 50)),          # GPU memory figures: below 1 PiB
+}
 
 
 def active_signals(profile: str) -> list[Signal]:

@@ -34,6 +34,7 @@ class Config:
     scrape_interval: float = 15.0
     scrape_timeout: float = 5.0
     scrape_max_bytes: int = 16 * 1024 * 1024
+    scrape_stale_after: float | None = None   # seconds; None: 3 x scrape_interval (see stale_after)
     max_line_bytes: int = 1 << 20
     poll_interval: float = 0.25
     evaluate_interval: float = 5.0
@@ -54,6 +55,11 @@ class Config:
         return out
 
     @property
+    def stale_after(self) -> float:
+        """Seconds after the last good scrape past which its values are dropped and /metrics reads as down."""
+        return self.scrape_stale_after if self.scrape_stale_after is not None else 3 * self.scrape_interval
+
+    @property
     def listen_host_port(self) -> tuple[str, int]:
         return split_host_port(self.listen, "listen")
 
@@ -65,6 +71,7 @@ _SCALARS = {
     "positions_interval": (float, "POSITIONS_INTERVAL"), "sglang_url": (str, "SGLANG_URL"),
     "listen": (str, "LISTEN"), "profile": (str, "PROFILE"), "scrape_interval": (float, "SCRAPE_INTERVAL"),
     "scrape_timeout": (float, "SCRAPE_TIMEOUT"), "scrape_max_bytes": (int, "SCRAPE_MAX_BYTES"),
+    "scrape_stale_after": (float, "SCRAPE_STALE_AFTER"),
     "max_line_bytes": (int, "MAX_LINE_BYTES"), "poll_interval": (float, "POLL_INTERVAL"),
     "evaluate_interval": (float, "EVALUATE_INTERVAL"), "web_config": (str, "WEB_CONFIG"),
 }
@@ -228,6 +235,10 @@ def validate(cfg: Config, origin: dict | None = None) -> Config:
     if cfg.scrape_timeout >= cfg.scrape_interval:
         raise ConfigError(f"{at('scrape_timeout')}: scrape_timeout ({cfg.scrape_timeout}s) must be below "
                           f"scrape_interval ({cfg.scrape_interval}s, from {at('scrape_interval')})")
+    if cfg.scrape_stale_after is not None and cfg.scrape_stale_after < cfg.scrape_interval:
+        raise ConfigError(f"{at('scrape_stale_after')}: scrape_stale_after ({cfg.scrape_stale_after}s) must be at "
+                          f"least scrape_interval ({cfg.scrape_interval}s, from {at('scrape_interval')}), or "
+                          "values would vanish between two good scrapes")
     split_host_port(cfg.listen, at("listen"))
     if cfg.from_start and cfg.from_end:
         raise ConfigError(f"{at('from_end')}: from_end and from_start (from {at('from_start')}) exclude each other")

@@ -10,6 +10,7 @@ import platform
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from exporter.catalog import METRICS_BY_NAME, NS, SIGNALS_BY_ID
+from exporter.scrape import REJECT_REASONS
 from exporter.sidecar import SGLANG_SOURCE, View
 
 _OOM_PHASES = ("prefill", "decode", "startup", "unknown")
@@ -112,11 +113,16 @@ def families(view: View) -> list:
     for kind, n in sorted(view.events_total.items()):
         events.add_metric([kind], float(n))
     success, duration = _family(f"{NS}_scrape_success"), _family(f"{NS}_scrape_duration_seconds")
-    if view.scrape is not None:
-        up.add_metric([SGLANG_SOURCE], 1.0 if view.scrape["success"] else 0.0)
-        success.add_metric([SGLANG_SOURCE], 1.0 if view.scrape["success"] else 0.0)
-        duration.add_metric([SGLANG_SOURCE], float(view.scrape["duration"]))
-    out += [lines, rot, trunc, cut, up, unparsed, events, success, duration]
+    rejected = _family(f"{NS}_scrape_samples_rejected_total")
+    sc = view.scrape
+    if sc is not None:
+        up.add_metric([SGLANG_SOURCE], 1.0 if sc["up"] else 0.0)
+        # a stuck scraper's last result is not the last scrape's: it reads as a failure, never frozen at 1
+        success.add_metric([SGLANG_SOURCE], 1.0 if sc["success"] and not sc["stuck"] else 0.0)
+        duration.add_metric([SGLANG_SOURCE], float(sc["duration"]))
+        for reason in REJECT_REASONS:
+            rejected.add_metric([reason], float(sc["rejected"].get(reason, 0)))
+    out += [lines, rot, trunc, cut, up, unparsed, events, success, duration, rejected]
     errors = _family(f"{NS}_worker_errors_total")
     for worker, n in sorted(view.worker_errors.items()):
         errors.add_metric([worker], float(n))

@@ -1,17 +1,28 @@
 """Scrapes SGLang's /metrics and folds its many spellings into the few values the signals need.
 
 Tolerates `sglang:` and `sglang_` prefixes, per-pid series, the renames of SGLang 0.3.6-0.5.23 (reference
-§5.4) and the old retraction gauge as well as the newer counter. Never raises: a failed scrape is a result
-with success=False and the reason.
+§5.4) and the old retraction gauge as well as the newer counter.
+
+Never raises, whatever the peer does: a failed scrape is a result with success=False and a reason that starts
+with its category ("refused", "unreachable", "timeout", "http 500", "protocol", "too large", "not an
+exposition", "internal"). The whole scrape (connect, headers, body) is bounded by its timeout, even against a
+peer that sends a byte at a time. Every number kept is finite and within its range in catalog.VALUE_RANGES;
+the others are dropped and counted in `rejected` by reason.
 """
 from __future__ import annotations
 
+import http.client
+import io
+import math
+import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.catalog import VALUE_RANGES
 
 _GAUGES = {"num_queue_reqs": "queue", "num_running_reqs": "running", "token_usage": "usage",
            "gen_throughput": "throughput", "is_cuda_graph": "cuda_graph"}
@@ -20,6 +31,8 @@ _COUNTERS = {"generation_tokens": ("generation_tokens",), "prompt_tokens": ("pro
              "retracted_requests": ("num_retracted_requests", "total_retracted_reqs")}
 HISTOGRAMS = ("time_to_first_token_seconds", "inter_token_latency_seconds", "time_per_output_token_seconds",
               "e2e_request_latency_seconds")
+REJECT_REASONS = ("non_finite", "out_of_range", "bad_le")
+MAX_REASON = 200       # characters of a failure reason (it may quote what the peer sent)
 
 
 @dataclass
@@ -29,10 +42,12 @@ class ScrapeResult:
     error: str = ""
     ranks: dict = field(default_factory=dict)        # (dp, tp, pp) -> {queue, running, usage, ...}
     counters: dict = field(default_factory=dict)     # our name -> summed value
+    counter_series: dict = field(default_factory=dict)   # our name -> {series labels: value}, for resets
     histograms: dict = field(default_factory=dict)   # SGLang name w/o prefix -> {le: cumulative count}
     model: str = ""
     max_running_requests: int | None = None
     families: int = 0
+    rejected: dict = field(default_factory=dict)     # reason (REJECT_REASONS) -> samples dropped
 
 
 def _short(name: str) -> str | None:
@@ -45,14 +60,47 @@ def _short(name: str) -> str | None:
 def _rank(labels: dict) -> tuple:
     def num(key):
         v = labels.get(key)
-        return int(v) if v is not None and v.isdigit() else None
+        # ASCII digits only: str.isdigit() accepts "²", which int() refuses
+        return int(v) if v is not None and v.isascii() and v.isdigit() and len(v) <= 6 else None
     return (num("dp_rank"), num("tp_rank"), num("pp_rank"))
 
 
+def _believable(res: ScrapeResult, kind: str, value) -> bool:
+    """True when `value` may be a `kind` (catalog.VALUE_RANGES); otherwise the sample is counted as rejected."""
+    try:
+        v = float(value)
+    except (OverflowError, TypeError, ValueError):    # an integer too large for a float
+        v = math.nan
+    if not math.isfinite(v):
+        reason = "non_finite"
+    else:
+        low, high = VALUE_RANGES[kind]
+        if low <= v <= high:
+            return True
+        reason = "out_of_range"
+    res.rejected[reason] = res.rejected.get(reason, 0) + 1
+    return False
+
+
+def _bucket_bound(res: ScrapeResult, le: str) -> float | None:
+    """A bucket's upper bound: a number or +Inf; anything else (NaN, -Inf, text) is a malformed sample."""
+    try:
+        bound = float(le)
+    except ValueError:
+        bound = math.nan
+    if math.isnan(bound) or bound == -math.inf:
+        res.rejected["bad_le"] = res.rejected.get("bad_le", 0) + 1
+        return None
+    return bound
+
+
 def parse_exposition(text: str) -> ScrapeResult:
-    """Normalise one /metrics text. Raises ValueError on text that is not the Prometheus format."""
+    """Normalise one /metrics text. Raises ValueError on text that is not the Prometheus format.
+
+    A gauge sample out of range is dropped alone; a bad sample of a counter or histogram drops that counter or
+    histogram from this result (a sum or a distribution missing a part would be wrong, not just smaller)."""
     res = ScrapeResult(success=True)
-    counters: dict[str, float] = {}
+    counters: dict[str, dict] = {}
     for fam in text_string_to_metric_families(text):
         res.families += 1
         short = _short(fam.name)
@@ -65,72 +113,172 @@ def parse_exposition(text: str) -> ScrapeResult:
             for s in fam.samples:
                 if s.labels.get("priority"):     # per-priority series repeat the total (priority="")
                     continue
+                if not _believable(res, attr, s.value):
+                    continue
                 vals = res.ranks.setdefault(_rank(s.labels), {})
                 vals[attr] = bool(s.value) if attr == "cuda_graph" else s.value
                 res.model = res.model or s.labels.get("model_name", "")
         elif short in HISTOGRAMS:
-            buckets = res.histograms.setdefault(short, {})
+            buckets: dict | None = {}
             for s in fam.samples:
                 if s.name.endswith("_bucket") and "le" in s.labels:
-                    le = float(s.labels["le"])
-                    buckets[le] = buckets.get(le, 0.0) + s.value
+                    le = _bucket_bound(res, s.labels["le"])
+                    if le is None or not _believable(res, "histogram_bucket", s.value):
+                        buckets = None
+                    elif buckets is not None:
+                        buckets[le] = buckets.get(le, 0.0) + s.value
+            if buckets is not None:
+                merged = res.histograms.setdefault(short, {})
+                for le, n in buckets.items():
+                    merged[le] = merged.get(le, 0.0) + n
         else:
             for ours, names in _COUNTERS.items():
                 if short in names:
-                    total = sum(s.value for s in fam.samples
-                                if not s.name.endswith("_created") and not s.labels.get("priority"))
-                    counters[f"{ours}:{names.index(short)}"] = total
+                    series: dict | None = {}
+                    for s in fam.samples:
+                        if s.name.endswith("_created") or s.labels.get("priority"):
+                            continue
+                        if not _believable(res, ours, s.value):
+                            series = None
+                        elif series is not None:
+                            key = tuple(sorted(s.labels.items()))
+                            series[key] = series.get(key, 0.0) + s.value
+                    if series is not None:
+                        counters[f"{ours}:{names.index(short)}"] = series
     for ours in _COUNTERS:
         present = sorted(k for k in counters if k.startswith(ours + ":"))
         if present:
-            res.counters[ours] = counters[present[0]]
+            series = counters[present[0]]
+            res.counter_series[ours] = series
+            res.counters[ours] = sum(series.values())
     return res
+
+
+# ------------------------------------------------------------------------------------------------ fetching
+class _Failed(Exception):
+    """A scrape failure whose reason is already written."""
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The reading side of a socket where every read waits only for what is left of the scrape's time, so a
+    peer that dribbles its status line, headers or body a byte at a time cannot hold a scrape past it."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self.sock, self.deadline = sock, deadline
+        self.raw = sock.makefile("rb", buffering=0)   # holds the socket open until the response is done
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("scrape deadline passed")
+        self.sock.settimeout(left)
+        return self.raw.readinto(buf)
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+class _DeadlineSocket:
+    """What http.client.HTTPResponse reads from (it only calls makefile)."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self.sock, self.deadline = sock, deadline
+
+    def makefile(self, mode: str = "rb", *args, **kwargs):
+        return io.BufferedReader(_DeadlineReader(self.sock, self.deadline))
+
+
+def _fetch(url: str, deadline: float, timeout: float, max_bytes: int) -> bytes:
+    """The body of a 2xx reply to GET `url`, read whole before `deadline`; raises on anything else."""
+    u = urlsplit(url)
+    if u.scheme == "https":
+        conn = http.client.HTTPSConnection(u.hostname or "", u.port, timeout=timeout,
+                                           context=ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=timeout)
+    conn.response_class = lambda sock, *a, **kw: http.client.HTTPResponse(_DeadlineSocket(sock, deadline),
+                                                                          *a, **kw)
+    try:
+        conn.connect()
+        conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        conn.request("GET", (u.path or "/") + (f"?{u.query}" if u.query else ""),
+                     headers={"Accept": "text/plain;version=0.0.4"})
+        resp = conn.getresponse()
+        if not 200 <= resp.status < 300:
+            raise _Failed(f"http {resp.status}")
+        length = resp.getheader("Content-Length")
+        if length and length.isascii() and length.isdigit() and int(length) > max_bytes:
+            raise _Failed(f"too large: Content-Length {int(length)} over {max_bytes} bytes")
+        chunks, size = [], 0
+        while True:
+            chunk = resp.read1(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:
+                raise _Failed(f"too large: body over {max_bytes} bytes")
+        if resp.length:       # http.client ends a body cut short by the peer quietly
+            raise http.client.IncompleteRead(b"", resp.length)
+        return b"".join(chunks)
+    finally:
+        conn.close()
+
+
+def _printable(text: str) -> str:
+    """A peer's words made safe for one log line."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _reason(exc: BaseException, timeout: float) -> str:
+    """A failure's reason: a stable category, then what the peer did."""
+    if isinstance(exc, _Failed):
+        text = str(exc)
+    elif isinstance(exc, TimeoutError):          # socket.timeout too
+        text = f"timeout: no complete reply within {timeout:g} s"
+    elif isinstance(exc, ConnectionRefusedError):
+        text = "refused: connection refused"
+    elif isinstance(exc, http.client.RemoteDisconnected):    # before OSError: it is a ConnectionResetError too
+        text = "protocol: closed without a reply"
+    elif isinstance(exc, http.client.IncompleteRead):
+        text = "protocol: body cut short or broken chunked encoding"
+    elif isinstance(exc, http.client.LineTooLong):
+        text = f"protocol: {exc}"
+    elif isinstance(exc, http.client.BadStatusLine):
+        text = f"protocol: not an HTTP reply: {exc.line!r}"
+    elif isinstance(exc, http.client.HTTPException):
+        text = f"protocol: {type(exc).__name__}: {exc}"
+    elif isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+        text = "protocol: connection reset"
+    elif isinstance(exc, ssl.SSLError):
+        text = f"protocol: TLS: {exc.reason or exc}"
+    elif isinstance(exc, socket.gaierror):
+        text = f"unreachable: cannot resolve host: {exc.strerror or exc}"
+    elif isinstance(exc, OSError):
+        text = f"unreachable: {exc.strerror or exc}"
+    else:
+        text = f"internal: {type(exc).__name__}: {exc}"
+    return _printable(text)[:MAX_REASON]
 
 
 def scrape(url: str, timeout: float, max_bytes: int) -> ScrapeResult:
-    """GET `url` (SGLang's /metrics) within `timeout` seconds and at most `max_bytes`."""
+    """GET `url` (SGLang's /metrics) within `timeout` seconds and at most `max_bytes`. Never raises."""
     start = time.monotonic()
-    deadline = start + timeout
     try:
-        req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            length = resp.headers.get("Content-Length")
-            if length and length.isdigit() and int(length) > max_bytes:
-                raise ValueError(f"response larger than {max_bytes} bytes")
-            # read in pieces and check the deadline between them: a target that dribbles bytes slower than
-            # the socket timeout would otherwise hold one scrape far past `timeout`
-            chunks, size = [], 0
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError("timed out")
-                _set_timeout(resp, remaining)
-                chunk = resp.read1(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > max_bytes:
-                    raise ValueError(f"response larger than {max_bytes} bytes")
-            body = b"".join(chunks)
-        res = parse_exposition(body.decode("utf-8", errors="replace"))
-    except urllib.error.HTTPError as exc:
-        res = ScrapeResult(False, error=f"HTTP {exc.code}")
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        res = ScrapeResult(False, error=f"unreachable: {reason}")
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
-        res = ScrapeResult(False, error=f"not a Prometheus exposition: {exc}"[:300])
+        body = _fetch(url, start + timeout, timeout, max_bytes)
+    except Exception as exc:  # noqa: BLE001 - whatever the peer does, a scrape ends with a reason
+        res = ScrapeResult(False, error=_reason(exc, timeout))
+    else:
+        try:
+            res = parse_exposition(body.decode("utf-8", errors="replace"))
+        except Exception as exc:  # noqa: BLE001 - the parser's errors are not all ValueError
+            res = ScrapeResult(False, error=_printable(f"not an exposition: {exc}")[:MAX_REASON])
     res.duration = time.monotonic() - start
     return res
-
-
-def _set_timeout(resp, seconds: float) -> None:
-    """Shrink the socket timeout of a response to what is left of the scrape's deadline (best effort)."""
-    try:
-        resp.fp.raw._sock.settimeout(max(seconds, 0.001))
-    except (AttributeError, OSError):
-        pass
 
 
 def metrics_url(base: str) -> str:

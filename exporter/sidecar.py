@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SGLANG_SOURCE = "sglang_metrics"
 WORKER_RESTART_DELAY = 1.0     # seconds before a worker loop that failed runs again
+NOT_YET = "not scraped yet"
 
 
 @dataclass
@@ -50,7 +52,9 @@ class View:
     log_sources: dict                 # path -> {lines_read, rotations, truncations, lines_cut, up}
     unparsed: dict
     events_total: dict
-    scrape: dict | None               # {success, duration, error} of SGLang's /metrics, None if not configured
+    scrape: dict | None               # SGLang's /metrics, None if not configured: {success, duration, error} of
+                                      # the last scrape; up, stale, stuck, last_success_age (seconds or None);
+                                      # rejected {reason: samples dropped}; internal_errors (see Sidecar)
     version: str = __version__
     profile: str = ""
     ready: bool = False
@@ -66,8 +70,13 @@ class Sidecar:
         self.engine = Engine(config, log_fed=bool(config.log_files))
         self.log_sources = LogSources()
         self.follower: Follower | None = None
-        self.last_scrape: dict | None = {"success": False, "duration": 0.0, "error": "not scraped yet"} \
-            if config.sglang_url else None
+        self.last_scrape: dict | None = {
+            "success": False, "duration": 0.0, "error": NOT_YET, "up": False, "stale": False,
+            "stuck": False, "last_success_age": None, "rejected": Counter(), "internal_errors": 0,
+        } if config.sglang_url else None
+        self._scrape_ok_t: float | None = None    # clock time of the last good scrape
+        self._scrape_done_t = clock()             # ... of the last scrape that finished, good or not
+        self._scrape_logged_up: bool | None = None    # None until a scrape finished: nothing to log before
         self.scrape_tried = not config.sglang_url
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -228,17 +237,57 @@ class Sidecar:
             self.on_lines(self.follower.poll_blocks())
 
     def scrape_once(self) -> None:
+        """One scrape of SGLang's /metrics into the engine. Never raises: a failure is recorded with its reason
+        (scrape() already turns whatever the peer does into one; a fault of ours folding the result in is
+        counted as an internal error)."""
         if not self.config.sglang_url:
             return
         res = scrape(metrics_url(self.config.sglang_url), self.config.scrape_timeout,
                      self.config.scrape_max_bytes)
         now = self.clock()
         with self.lock:
-            self.last_scrape = {"success": res.success, "duration": res.duration, "error": res.error}
-            self.engine.set_sources(metrics_up=res.success)
+            last = self.last_scrape
+            last["rejected"].update(res.rejected)
             if res.success:
-                self.engine.ingest_scrape(res, now)
+                try:
+                    self.engine.ingest_scrape(res, now)
+                except Exception as exc:  # noqa: BLE001 - a bug of ours must not stop scraping
+                    log.exception("folding in a scrape of SGLang's /metrics failed")
+                    last["internal_errors"] += 1
+                    self._count_error("scrape")
+                    res.success, res.error = False, f"internal: {type(exc).__name__}: {exc}"[:200]
+                else:
+                    self._scrape_ok_t = now
+            last.update(success=res.success, duration=res.duration, error=res.error)
+            self._scrape_done_t = now
+            self._update_metrics_up(now)
         self.scrape_tried = True
+
+    def _update_metrics_up(self, now: float) -> None:
+        """Judge SGLang's /metrics from the age of its last good scrape, not from the last result alone: up
+        while the last scrape succeeded, less than `stale_after` ago, and some scrape finished within 2 x
+        (interval + timeout) (a stuck scraper reads as down, not as frozen-up). Past `stale_after` what only
+        /metrics told us is dropped from state. Logs one line per change of up, with the reason."""
+        last = self.last_scrape
+        if last is None:
+            return
+        cfg = self.config
+        age = None if self._scrape_ok_t is None else max(0.0, now - self._scrape_ok_t)
+        stale = age is not None and age > cfg.stale_after
+        stuck = now - self._scrape_done_t > 2 * (cfg.scrape_interval + cfg.scrape_timeout)
+        up = last["success"] and age is not None and not stale and not stuck
+        if stale and not last["stale"]:
+            self.engine.state.forget_scrape()
+        last.update(up=up, stale=stale, stuck=stuck, last_success_age=age)
+        self.engine.set_sources(metrics_up=up)
+        if up != self._scrape_logged_up and (self._scrape_logged_up is not None or last["error"] != NOT_YET):
+            self._scrape_logged_up = up
+            if up:
+                log.info("SGLang's /metrics at %s is up", cfg.sglang_url)
+            else:
+                why = "scraper stuck: no scrape finished for %.0f s" % (now - self._scrape_done_t) if stuck \
+                    else last["error"] if not last["success"] else "no good scrape for %.0f s" % (age or 0)
+                log.warning("SGLang's /metrics at %s is down: %s", cfg.sglang_url, why)
 
     # ------------------------------------------------------------------ threads
     def start(self) -> None:
@@ -276,7 +325,13 @@ class Sidecar:
 
     def _scrape_loop(self) -> None:
         while not self.stop.is_set():
-            self.scrape_once()
+            try:
+                self.scrape_once()
+            except Exception:  # noqa: BLE001 - the loop outlives any fault; `stuck` shows if it keeps failing
+                log.exception("scrape loop: unexpected error")
+                with self.lock:
+                    self.last_scrape["internal_errors"] += 1
+                self._count_error("scrape")
             self.heartbeat["scrape"] = time.monotonic()
             self.stop.wait(self.config.scrape_interval)
 
@@ -284,7 +339,9 @@ class Sidecar:
         # keeps signal history (since / intervals) moving even when nobody scrapes us
         while not self.stop.wait(self.config.evaluate_interval):
             with self.lock:
-                self.engine.evaluate(self.clock())
+                now = self.clock()
+                self._update_metrics_up(now)
+                self.engine.evaluate(now)
             self.heartbeat["evaluate"] = time.monotonic()
 
     def shutdown(self, timeout: float = 5.0) -> None:
@@ -315,6 +372,7 @@ class Sidecar:
         now = self.clock()
         with self.lock:
             self._update_log_up()
+            self._update_metrics_up(now)
             snap = self.engine.evaluate(now)
             st = self.engine.state
             window = SIGNALS_BY_ID["retractions_frequent"].window_seconds
@@ -340,11 +398,16 @@ class Sidecar:
                 log_sources=logs,
                 unparsed=dict(self.log_sources.unparsed()),
                 events_total=dict(st.events_total),
-                scrape=dict(self.last_scrape) if self.last_scrape is not None else None,
+                scrape=self._scrape_view(),
                 profile=self.config.profile,
                 ready=self.ready(),
                 worker_errors=dict(self.worker_errors),
             )
+
+    def _scrape_view(self) -> dict | None:
+        if self.last_scrape is None:
+            return None
+        return {**self.last_scrape, "rejected": dict(self.last_scrape["rejected"])}
 
     def _format_family(self) -> str:
         for sp in self.log_sources.by_source.values():

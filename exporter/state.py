@@ -1,7 +1,8 @@
 """What we know about one SGLang server: latest values per rank, start-up facts per epoch, and bounded time
 windows of the samples and events the signals judge.
 
-State changes only through `apply_event`, `apply_row`, `apply_scrape` and `expire`; it never reads a clock.
+State changes only through `apply_event`, `apply_row`, `apply_scrape`, `forget_scrape` and `expire`; it never
+reads a clock.
 Window tallies are classified against the thresholds in force when the sample arrives (the profile is fixed
 for a process), so evaluation stays O(1) per signal however long the window.
 
@@ -24,6 +25,7 @@ MAX_WINDOW_SAMPLES = 20000  # per event window (TimeWindow); it never holds more
 MAX_WINDOW_BUCKETS = 3600   # per hit window (HitWindow): 1-second buckets, an hour; memory is bounded whatever
                             # the sample rate, and every catalog window (<= 15 min) fits whole
 OTHER_RANK = ("other", None, None)
+MAX_COUNTER_SERIES = 256  # series kept per scraped counter, to tell a reset of one from the others (apply_scrape)
 _STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
                           "server_ready"))   # the other event kinds apply_event reads
 FRACTION_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped")
@@ -288,7 +290,7 @@ class ServerState:
         self.watchdog_total = 0
         self.events_total: dict[str, int] = {}     # kind -> events (a plain dict: a Counter is slower to bump)
         # /metrics-fed progress and retraction counters (metrics-only deployments)
-        self._last_counter: dict[str, float] = {}
+        self._last_counter: dict[str, dict] = {}    # counter -> {series labels: last value} (apply_scrape)
         self.metrics_seen = False
 
     @property
@@ -514,7 +516,9 @@ class ServerState:
 
     # ------------------------------------------------------------------ scrapes (/metrics)
     def apply_scrape(self, scrape, now: float) -> None:
-        """Fold one successful scrape of SGLang's /metrics (exporter.scrape.ScrapeResult) into state."""
+        """Fold one successful scrape of SGLang's /metrics (exporter.scrape.ScrapeResult) into state. Its numbers
+        were checked at the edge (scrape.py drops what is not finite or out of range); SGLang's counters reach
+        our own totals only through `_increase`, so what we export never goes backwards."""
         self.metrics_seen = True
         if scrape.model and not self.model:
             self.model = scrape.model
@@ -536,25 +540,17 @@ class ServerState:
         # progress: generated or prefilled tokens advancing (frozen gauges cannot show a hang)
         progressed = False
         for name in ("generation_tokens", "prompt_tokens"):
-            value = scrape.counters.get(name)
-            if value is None:
-                continue
-            prev = self._last_counter.get(name)
-            if prev is None or value != prev:
-                progressed = progressed or prev is not None
-            self._last_counter[name] = value
+            grew = self._increase(name, scrape)
+            progressed = progressed or bool(grew)
         pending = sum((v.get("queue") or 0) + (v.get("running") or 0) for v in scrape.ranks.values())
         if (progressed or pending == 0 or self.last_progress_t is None) and not self.log_fed:
             self.last_progress_t = now
         if not self.log_fed:
-            value = scrape.counters.get("retracted_requests")
-            if value is not None:
-                prev = self._last_counter.get("retracted_requests")
-                if prev is not None and value > prev:
-                    self.retractions.push(now, value - prev)
-                    self.retractions_total += 1
-                    self.retracted_requests_total += int(value - prev)
-                self._last_counter["retracted_requests"] = value
+            grew = self._increase("retracted_requests", scrape)
+            if grew:
+                self.retractions.push(now, grew)
+                self.retractions_total += 1
+                self.retracted_requests_total += round(grew)
         for name, buckets in scrape.histograms.items():
             h = self.histograms.setdefault(name, Histogram())
             h.snapshots.append((now, buckets))
@@ -562,6 +558,41 @@ class ServerState:
                 h.snapshots.popleft()
             while len(h.snapshots) > 1000:
                 h.snapshots.popleft()
+
+    def _increase(self, name: str, scrape) -> float | None:
+        """How much SGLang's counter `name` grew since the last scrape that had it, as Prometheus' increase()
+        counts: per series, a value below the last one is a reset (the server restarted and counts from 0
+        again, so all of the new value is growth), never a decrease; a series seen for the first time only
+        sets its base. None when the scrape lacks the counter or this is its first sight."""
+        series = scrape.counter_series.get(name)
+        if series is None:
+            if name not in scrape.counters:
+                return None
+            series = {(): scrape.counters[name]}     # a result built by hand: its sum as one series
+        last = self._last_counter.get(name)
+        # bounded whatever labels the target invents: series past the cap are neither kept nor counted
+        kept = dict(list(series.items())[:MAX_COUNTER_SERIES])
+        self._last_counter[name] = kept
+        if last is None:
+            return None
+        grew = 0.0
+        for key, value in kept.items():
+            prev = last.get(key)
+            if prev is not None:
+                grew += value - prev if value >= prev else value
+        return grew
+
+    def forget_scrape(self) -> None:
+        """SGLang's /metrics has failed for longer than the staleness time: what it alone told us is no longer
+        current, so it goes (not exported; the signals reading it go unknown). The counters' bases stay, so
+        the next good scrape counts what happened meanwhile, or a reset."""
+        if not self.log_fed:
+            self._ranks.clear()
+            self._unread.clear()
+            self._schedulers = None
+            self._batch_slots.clear()
+            self._leader_tp.clear()
+        self.histograms.clear()
 
     # ------------------------------------------------------------------ durability
     _COUNTERS = ("retractions_total", "retracted_requests_total", "watchdog_total", "restarts")

@@ -1322,8 +1322,9 @@ def alerts_md(p: Params) -> str:
         "## Meta alerts",
         "",
         "- `SGLangExporterDown`: `up == 0` for the sidecar job, or no such target at all (`absent`).",
-        "- `SGLangTargetDown`: the sidecar's scrape of SGLang's `/metrics` fails "
-        "(`sglang_exporter_scrape_success{source=\"sglang_metrics\"} == 0`).",
+        "- `SGLangTargetDown`: the sidecar's scrape of SGLang's `/metrics` fails, or no scrape finished for "
+        "2 x (scrape_interval + scrape_timeout) (`sglang_exporter_scrape_success{source=\"sglang_metrics\"} == 0`"
+        "); the sidecar's log says why (refused, timeout, http 500, protocol, too large, not an exposition).",
         "- `SGLangLogParserDrift`: (unknown_message + malformed) / (lines read − no_sglang_prefix) over "
         f"{defaults.drift_window} above `max_unknown_ratio`; foreign lines never count as drift.",
         f"- `SGLangLogStale`: no line read from a followed file for {defaults.log_stale_window}, or the "

@@ -483,7 +483,8 @@ def detail_panels() -> list:
               targets=[Target(f"sum by ({BY}, kind) (rate({NS}_log_events_total{{{SEL}}}[$__rate_interval]))",
                               "{{instance}} {{kind}}")]),
         Panel("Sources up", "state-timeline", "none",
-              shows="Whether each source (a log file, or SGLang's /metrics) was read successfully last time.",
+              shows="Whether each source is being read: a log file read successfully last time; SGLang's "
+                    "/metrics scraped successfully last time, less than scrape_stale_after ago.",
               good="up everywhere.",
               bad="down: the log file is missing or unreadable, or SGLang's /metrics does not answer "
                   "(SGLangTargetDown).",
@@ -501,9 +502,11 @@ def detail_panels() -> list:
                        Target(f"sum by ({BY}, source) (increase({NS}_log_lines_cut_total{{{SEL}}}"
                               f"[$__rate_interval]))", "{{instance}} cut {{source}}")]),
         Panel("SGLang /metrics scrape success", "timeseries", "short", min=0, max=1,
-              shows="1 when the sidecar's last scrape of SGLang's /metrics succeeded.",
+              shows="1 when the sidecar's last scrape of SGLang's /metrics succeeded (0 too when its scraper is "
+                    "stuck).",
               good="1.",
-              bad="0: SGLang is down, not started with --enable-metrics, or --sglang-url is wrong.",
+              bad="0: SGLang is down, not started with --enable-metrics, or --sglang-url is wrong; the sidecar's "
+                  "log says why.",
               targets=[Target(f"min by ({BY}, source) ({NS}_scrape_success{{{SEL}}})",
                               "{{instance}} {{source}}")]),
         Panel("SGLang /metrics scrape duration", "timeseries", "s", min=0,
@@ -512,6 +515,14 @@ def detail_panels() -> list:
               bad="seconds: SGLang's HTTP process is overloaded (its /metrics shares the API port).",
               targets=[Target(f"max by ({BY}, source) ({NS}_scrape_duration_seconds{{{SEL}}})",
                               "{{instance}} {{source}}")]),
+        Panel("SGLang /metrics samples rejected", "timeseries", "short", min=0,
+              shows="Samples of SGLang's /metrics dropped as malformed (NaN, infinite, out of the range the "
+                    "catalog declares, a bad bucket bound), per rate interval.",
+              good="0.",
+              bad="above 0: SGLang exports values that cannot be right; the affected gauges keep their last "
+                  "good value and the affected counters and histograms skip those scrapes.",
+              targets=[Target(f"sum by ({BY}, reason) (increase({NS}_scrape_samples_rejected_total{{{SEL}}}"
+                              f"[$__rate_interval]))", "{{instance}} {{reason}}")]),
         Panel("Exporter build", "table", "none", w=24, h=5,
               shows="sglang-exporter version and Python of each sidecar.",
               good="the same version everywhere.",

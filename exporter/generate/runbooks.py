@@ -157,7 +157,7 @@ def fires_when(a, p) -> str:
         return f"SGLang `/metrics`: {a.summary.rstrip('.')} (" + ", ".join(f"`{o} {v}`" for o, v in cmps) + ")"
     return {
         "SGLangExporterDown": "`up` of the sidecar is 0, or there is no sidecar target",
-        "SGLangTargetDown": "the sidecar's scrape of SGLang's /metrics fails",
+        "SGLangTargetDown": "the sidecar's scrape of SGLang's /metrics fails or is stuck",
         "SGLangLogParserDrift": f"(unknown + malformed) / SGLang lines > {p.max_unknown_ratio:g} over "
                                 f"{p.drift_window}",
         "SGLangLogStale": f"no log line read for {p.log_stale_window}, or the log file is unreadable",
