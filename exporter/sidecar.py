@@ -128,21 +128,25 @@ class Sidecar:
                     log.info("log %s: no SGLang start-up in its last %d bytes; joining at the end "
                              "(start-up facts unknown until SGLang prints them)", path, cfg.readback_bytes)
             if ranges:
-                counted.append((ranges, readback.clock_offset(path, size)))
+                counted.append((path, ranges, readback.clock_offset(path, size)))
             start_at[path] = position_at(path, size, dev, ino)
         if saved is not None:
             # the facts-only replays above counted lines the saved counters already hold: those win
             with self.lock:
                 self.engine.state.restore_counters(saved.counters)
-        for ranges, offset in counted:
+        replayed: dict[str, int] = {}
+        for path, ranges, offset in counted:
             for file, first, last in ranges:
-                self._replay(file, first, last, offset)
+                replayed[path] = replayed.get(path, 0) + self._replay(file, first, last, offset)
         positions = dict(saved.positions) if saved else {}
         positions.update(start_at)
         # every file that exists now has a position: the follower's own from-start rule only concerns files
         # that appear later (always read whole)
         self.follower = Follower(list(cfg.log_files), max_line_bytes=cfg.max_line_bytes, positions=positions)
         self.follower.join()
+        for path, n in replayed.items():          # lines read is lines read, whoever read them
+            if path in self.follower.stats:
+                self.follower.stats[path].lines_read += n
         # what was written while we were down (resumed sources) is history too: read it now, on its clock
         offsets: dict = {}
         while True:
@@ -158,13 +162,16 @@ class Sidecar:
         self.save_positions(force=True)
         self.prepared = True
 
-    def _replay(self, path: str, start: int, end: int, offset: float | None) -> None:
+    def _replay(self, path: str, start: int, end: int, offset: float | None) -> int:
         """Lines [start, end) of a log, through its parser, into the engine on the log's clock (`offset`
-        seconds from it to real time; None: the log has no timestamps)."""
+        seconds from it to real time; None: the log has no timestamps); returns how many."""
         feed = self.log_sources.feed_blocks
+        lines = 0
         for block in readback.read_range(path, start, end, self.config.max_line_bytes):
+            lines += len(block.texts)
             self._ingest_history(feed([block]), offset)
         self._ingest_history(self.log_sources.flush(), offset)
+        return lines
 
     def _ingest_history(self, items, offset) -> None:
         """Items stamped at their log time moved to real time by `offset` (never later than now, never
