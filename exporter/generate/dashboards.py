@@ -523,6 +523,14 @@ def detail_panels() -> list:
                   "good value and the affected counters and histograms skip those scrapes.",
               targets=[Target(f"sum by ({BY}, reason) (increase({NS}_scrape_samples_rejected_total{{{SEL}}}"
                               f"[$__rate_interval]))", "{{instance}} {{reason}}")]),
+        Panel("Exporter worker errors", "timeseries", "short", min=0,
+              shows="Unexpected errors the sidecar caught in a worker (follow, scrape, evaluate, positions) and "
+                    "survived, per rate interval.",
+              good="0.",
+              bad="above 0: a bug or a hostile input the sidecar did not expect; the worker went on, its log "
+                  "has the traceback. A worker that cannot go on fails /healthz and is restarted.",
+              targets=[Target(f"sum by ({BY}, worker) (increase({NS}_worker_errors_total{{{SEL}}}"
+                              f"[$__rate_interval]))", "{{instance}} {{worker}}")]),
         Panel("Exporter build", "table", "none", w=24, h=5,
               shows="sglang-exporter version and Python of each sidecar.",
               good="the same version everywhere.",
