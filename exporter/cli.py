@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -148,6 +149,9 @@ def cmd_serve(args) -> int:
                           "(or try `sglang-exporter demo`)")
     web = load_web_config(cfg.web_config)
     host, port = cfg.listen_host_port
+    # the sidecar's own log (stderr): one line per source going down or up, rotations, positions, worker errors
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sidecar = Sidecar(cfg)
     try:
         server = make_server(sidecar, host, port, web)

@@ -242,10 +242,6 @@ def validate(cfg: Config, origin: dict | None = None) -> Config:
     split_host_port(cfg.listen, at("listen"))
     if cfg.from_start and cfg.from_end:
         raise ConfigError(f"{at('from_end')}: from_end and from_start (from {at('from_start')}) exclude each other")
-    if cfg.positions_file:
-        parent = os.path.dirname(os.path.abspath(cfg.positions_file))
-        if not os.path.isdir(parent):
-            raise ConfigError(f"{at('positions_file')}: directory {parent!r} does not exist")
     if cfg.sglang_url:
         u = urlparse(cfg.sglang_url)
         if u.scheme not in ("http", "https") or not u.netloc:

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SGLANG_SOURCE = "sglang_metrics"
 WORKER_RESTART_DELAY = 1.0     # seconds before a worker loop that failed runs again
+WORKERS = ("follow", "scrape", "evaluate", "positions")
 NOT_YET = "not scraped yet"
 
 
@@ -82,7 +83,8 @@ class Sidecar:
         self.threads: list[threading.Thread] = []
         self.started = False
         self.prepared = False
-        self.worker_errors: dict[str, int] = {}
+        # every worker's count is exported from 0, so a rate over it is defined before the first error
+        self.worker_errors: dict[str, int] = dict.fromkeys(WORKERS, 0)
         self.heartbeat: dict[str, float] = {}      # worker -> monotonic time of its last completed iteration
         self._next_save = 0.0
         self._saved = None                        # the last Checkpoint written (or loaded)

@@ -267,3 +267,17 @@ def test_sigkill_restart_and_rotation_count_every_line_exactly_once(tmp_path, mo
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def test_an_unwritable_positions_file_costs_durability_not_monitoring(tmp_path, caplog):
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    sc = Sidecar(Config(log_files=(str(log),), positions_file=str(tmp_path / "no-such-dir" / "positions.json")))
+    sc.prepare()
+    with open(log, "a") as fh:
+        fh.write(retraction(datetime.now(timezone.utc).replace(tzinfo=None), 3))
+    sc.poll_logs_once()
+    view = sc.view()
+    assert view.retractions_total == 1 and view.worker_errors["positions"] >= 1
+    assert "cannot write" in caplog.text
+    sc.shutdown()
