@@ -194,12 +194,15 @@ class _DeadlineSocket:
 
 def _fetch(url: str, deadline: float, timeout: float, max_bytes: int) -> bytes:
     """The body of a 2xx reply to GET `url`, read whole before `deadline`; raises on anything else."""
-    u = urlsplit(url)
+    try:
+        u = urlsplit(url)
+        host, port = u.hostname or "", u.port
+    except ValueError as exc:
+        raise _Failed(f"unreachable: bad URL: {exc}") from None
     if u.scheme == "https":
-        conn = http.client.HTTPSConnection(u.hostname or "", u.port, timeout=timeout,
-                                           context=ssl.create_default_context())
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
     else:
-        conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=timeout)
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
     conn.response_class = lambda sock, *a, **kw: http.client.HTTPResponse(_DeadlineSocket(sock, deadline),
                                                                           *a, **kw)
     try:
