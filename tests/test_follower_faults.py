@@ -374,3 +374,33 @@ def test_real_writer_thread_at_1000_lines_per_second_with_run(tmp_path, seed):
     f.close()
     assert got == list(range(n))
     assert f.stats[str(p)].rotations == 3 and f.stats[str(p)].truncations == 1
+
+
+def test_stale_source_reaches_the_exposition(tmp_path):
+    """FollowStats.stale -> the sidecar's View -> sglang_exporter_log_source_stale{source} on /metrics."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from exporter.config import Config
+    from exporter.expose import SidecarCollector
+    from exporter.sidecar import Sidecar
+
+    p = tmp_path / "sglang.log"
+    fh = open(p, "ab", buffering=0)  # noqa: SIM115
+    sc = Sidecar(Config(log_files=(str(p),)))
+    now = [0.0]
+    sc.follower.clock = lambda: now[0]
+    registry = CollectorRegistry()
+    registry.register(SidecarCollector(sc))
+    series = f'sglang_exporter_log_source_stale{{source="{p}"}}'
+    sc.poll_logs_once()
+    os.rename(p, f"{p}.1")
+    p.touch()
+    sc.poll_logs_once()
+    assert f"{series} 0.0" in generate_latest(registry).decode()
+    now[0] = 60.0
+    fh.write(b"[2025-08-11 17:17:03] still writing to the renamed file\n")
+    sc.poll_logs_once()
+    assert f"{series} 1.0" in generate_latest(registry).decode()
+    assert sc.view().log_sources[str(p)]["lines_read"] == 1
+    fh.close()
+    sc.shutdown()
