@@ -2,10 +2,14 @@
 
 `Follower` tails files named by paths and globs: it survives rename rotation, copytruncate, truncation,
 same-size rewrites, deletion and re-creation, files that do not exist yet and symlinks whose target changes
-(kubelet's ``/var/log/containers`` links). `Follower.poll` is one deterministic, non-blocking pass;
-`Follower.run` loops it, woken by inotify (watchdog) with a polling fallback. `read_lines` reads one whole file
-(or stdin) with the same line splitting. What is guaranteed in each case, and the known limits:
-docs/tailing.md.
+(kubelet's ``/var/log/containers`` links). A rotated-away file is drained until quiet (and reported stale
+when the writer never leaves it); a copytruncated file's unread rest is read from the copy. `Follower.join`
+opens every file at its join point before anything is read; `Follower.positions` says where the handed-out
+lines end, and a follower built from saved positions resumes there (exporter/ingest/positions.py: the file
+format; exporter/ingest/rotation.py: finding rotated files again). `Follower.poll` is one deterministic,
+non-blocking pass; `Follower.run` loops it, woken by inotify (watchdog) with a polling fallback. `read_lines`
+reads one whole file (or stdin) with the same line splitting. What is guaranteed in each case, and the known
+limits: docs/tailing.md.
 """
 from __future__ import annotations
 
@@ -595,13 +599,16 @@ class Follower:
     def _drain(self, t: _Tail, f: _File, out: list[Block], now: float) -> bool:
         """Read a rotated-away file on; close it once quiet for the grace period. True: stopped at budget."""
         fst = os.fstat(f.fd)
+        # written to since the last look (not merely a backlog read late because of the poll budget)
+        grew = 0 <= f.last_size < fst.st_size
+        f.last_size = fst.st_size
         behind = False
         if fst.st_size > f.offset:
             n0 = len(out)
             behind = self._read(f, out, self.poll_budget, now)
             if not f.once and now - f.since > self.rotate_grace:
                 t.stats.rotated_writes += sum(len(b.texts) for b in out[n0:])
-                if not f.stale:
+                if grew and not f.stale:
                     f.stale = True
                     log.warning("log source %s: the file rotated away from it (%s) is still written to %.0f s "
                                 "after the rotation: the writer does not reopen its log file. Its lines are "
