@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.ingest import follower as follower_mod
+from exporter.ingest import watch as watch_mod
 from exporter.ingest.containers import ContainerDecoder
 from exporter.ingest.follower import Follower, FollowStats, Line, _cut_point, _Splitter, expand, read_lines
 from exporter.ingest.positions import PositionsError, dump_positions, load_positions
@@ -589,7 +590,7 @@ def test_run_falls_back_to_polling_when_observer_cannot_start(tmp_path, monkeypa
     def broken():
         raise OSError(24, "inotify instance limit reached")
 
-    monkeypatch.setattr(follower_mod, "_make_observer", broken)
+    monkeypatch.setattr(watch_mod, "_make_observer", broken)
     p = tmp_path / "a.log"
     p.write_text("")
     f = Follower([str(p)])
