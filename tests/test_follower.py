@@ -235,6 +235,7 @@ def test_copytruncate_unread_tail_is_read_from_the_copy(tmp_path):
     assert texts(lines) == [numbered(i) for i in range(10, 15)] + ["half of 15"] + [numbered(i) for i in range(16, 20)]
     assert [ln.lineno for ln in lines] == [11, 12, 13, 14, 15, 16, 1, 2, 3, 4]
     assert f.stats[str(p)].truncations == 1 and f.stats[str(p)].rotated_unread == 0
+    assert {ln.source for ln in lines} == {str(p)}
 
 
 def test_copytruncate_without_a_copy_restarts_at_zero(tmp_path):
@@ -810,7 +811,8 @@ def test_restart_after_a_rename_rotation_finishes_the_rotated_file_first(tmp_pat
     p.write_text("3\n")
     g = _restart(f, [str(p)])
     assert g.join() == {str(p): "open"}
-    assert [(ln.lineno, ln.text) for ln in g.poll()] == [(2, "2"), (1, "3")]
+    lines = g.poll()
+    assert [(ln.source, ln.lineno, ln.text) for ln in lines] == [(str(p), 2, "2"), (str(p), 1, "3")]
     assert g.stats[str(p)].rotations == 1 and g.stats[str(p)].rotated_unread == 0
 
 
@@ -936,3 +938,18 @@ def test_positions_round_trip(tmp_path):
     f = Follower([str(p)], from_start=True)
     f.poll()
     assert load_positions(dump_positions(f.positions())) == f.positions()
+
+
+def test_restart_when_the_saved_file_cannot_be_opened_yet_keeps_its_position(tmp_path, monkeypatch):
+    p = tmp_path / "a.log"
+    p.write_text("1\n")
+    f = Follower([str(p)], from_start=True)
+    f.poll()
+    _append(p, b"2\n")
+    real_open = os.open
+    monkeypatch.setattr(follower_mod.os, "open", lambda path, *a, **kw: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied")) if str(path) == str(p) else real_open(path, *a, **kw))
+    g = _restart(f, [str(p)])
+    assert g.join()[str(p)].startswith("error") and g.poll() == []
+    monkeypatch.setattr(follower_mod.os, "open", real_open)
+    assert [(ln.lineno, ln.text) for ln in g.poll()] == [(2, "2")]     # from the saved offset, not from 0

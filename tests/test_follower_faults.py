@@ -182,6 +182,7 @@ class Run:
         for ln in self.f.poll():
             m = NUM.search(ln.text.encode())
             assert m, f"not a whole line: {ln.text!r}"
+            assert ln.source == str(self.w.path)    # rotated and copied files speak for the followed path
             self.got.append(int(m.group(1)))
 
     def commit(self) -> None:

@@ -260,6 +260,8 @@ class Follower:
             st = None
         if st is not None and (st.st_dev, st.st_ino) == (e["dev"], e["ino"]):
             if not self._open(t, at_end=False):
+                # unreadable right now, or renamed since the stat: apply the position at a later poll
+                self._saved[t.path] = dict(e, draining=[])
                 return False
             cur = t.cur
             fp = bytes.fromhex(e["fp"])
@@ -269,7 +271,7 @@ class Follower:
                 return True
             # truncated (or rewritten) while we were down: the rest may be in the rotated copy
             copy = find_copy(os.path.realpath(t.path), fp, e["offset"])
-            f = self._reopen_at(copy, e, fp) if copy else None
+            f = self._reopen_at(t, copy, e, fp) if copy else None
             if f is None:
                 self._lost(t, e)
             else:
@@ -295,9 +297,11 @@ class Follower:
         if e["name"]:
             dirs.insert(0, os.path.dirname(e["name"]))
         p = find_inode(dirs, e["dev"], e["ino"])
-        return self._reopen_at(p, e, bytes.fromhex(e["fp"]), same_inode=True) if p else None
+        return self._reopen_at(t, p, e, bytes.fromhex(e["fp"]), same_inode=True) if p else None
 
-    def _reopen_at(self, path: str, e: dict, fp: bytes, same_inode: bool = False) -> _File | None:
+    def _reopen_at(self, t: _Tail, path: str, e: dict, fp: bytes, same_inode: bool = False) -> _File | None:
+        """``path`` (a rotated file of ``t``) opened at the position ``e``, if it still has ``fp`` as its head
+        and at least ``e["offset"]`` bytes. Its lines are the followed path's."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError:
@@ -307,7 +311,7 @@ class Follower:
             ok = (fst.st_size >= e["offset"] and head_matches(fd, fp)
                   and (not same_inode or (fst.st_dev, fst.st_ino) == (e["dev"], e["ino"])))
             if ok:
-                f = _File(fd, fst, path, _Splitter(path, self.max_line_bytes))
+                f = _File(fd, fst, path, _Splitter(t.path, self.max_line_bytes))
                 f.seek(e["offset"], e["lineno"], e["skip"])
                 f.fp = fp
                 return f
@@ -449,7 +453,7 @@ class Follower:
     def _truncated(self, t: _Tail, out: list[Block], now: float) -> None:
         cur = t.cur
         copy = find_copy(os.path.realpath(t.path), cur.fp, cur.offset)
-        f = self._reopen_at(copy, {"offset": cur.offset, "lineno": 0, "skip": False}, cur.fp) if copy else None
+        f = self._reopen_at(t, copy, {"offset": cur.offset, "lineno": 0, "skip": False}, cur.fp) if copy else None
         if f is not None:
             # copytruncate: the lines between our offset and the truncation point are in the copy; our
             # splitter goes with it, to finish the line it holds
