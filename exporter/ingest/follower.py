@@ -292,10 +292,10 @@ class Follower:
         return self._open(t, at_end=False)
 
     def _reopen_saved(self, t: _Tail, e: dict) -> _File | None:
-        """The saved file, found by device + inode next to where it was or where the path points now."""
+        """The saved file, found by device + inode in the path's directory or the one it points into now.
+        (Not in the directory the saved ``name`` says: a damaged or foreign positions file must not make us
+        read files elsewhere.)"""
         dirs = [os.path.dirname(os.path.realpath(t.path)), os.path.dirname(os.path.abspath(t.path))]
-        if e["name"]:
-            dirs.insert(0, os.path.dirname(e["name"]))
         p = find_inode(dirs, e["dev"], e["ino"])
         return self._reopen_at(t, p, e, bytes.fromhex(e["fp"]), same_inode=True) if p else None
 
