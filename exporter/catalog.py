@@ -429,6 +429,15 @@ META_ALERTS: tuple[MetaAlert, ...] = (
               "warning", "The followed log file has produced no lines: the hand-off from SGLang's stderr to "
                          "the sidecar may be broken.",
               "Log-fed signals (retractions, OOM, stall, headroom) are blind."),
+    MetaAlert(AlertSpec("SGLangLogSourceStale", "5m",
+                        "SGLang keeps writing to a log file that was rotated away.",
+                        "{{ $labels.instance }}: the file rotated away from {{ $labels.source }} is still being "
+                        "written to: the writer never reopens its log.", page=False),
+              "warning", "After a rotation, SGLang's output still goes to the old, renamed file (it was started "
+                         "as `... > sglang.log` and never reopens): the file at the followed path stays empty.",
+              "Nothing is lost while the sidecar runs (it reads the renamed file on), but rotation no longer "
+                         "frees disk space, and lines written while the sidecar is down may be lost once "
+                         "the renamed file is compressed or deleted."),
     MetaAlert(AlertSpec("SGLangAlertingWatchdog", "0m", "The SGLang alerting pipeline is alive.",
                         "This alert always fires; its absence at the receiver means alerting is broken.",
                         page=False),
@@ -495,6 +504,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_log_rotations_total", "counter", "Log rotations followed.", ("source",)),
     MetricSpec(f"{NS}_log_truncations_total", "counter", "Log truncations detected.", ("source",)),
     MetricSpec(f"{NS}_log_lines_cut_total", "counter", "Lines longer than the cap, cut.", ("source",)),
+    MetricSpec(f"{NS}_log_source_stale", "gauge", "1 while a file rotated away from the followed path is "
+               "still written to after the grace period (the writer does not reopen its log).", ("source",)),
     MetricSpec(f"{NS}_source_up", "gauge", "1 when the source is being read: a log file read successfully "
                "last time; SGLang's /metrics when its last scrape succeeded, less than scrape_stale_after ago.",
                ("source",)),

@@ -100,12 +100,14 @@ def families(view: View) -> list:
     lines, rot, trunc, cut, up = (_family(f"{NS}_log_lines_read_total"), _family(f"{NS}_log_rotations_total"),
                                   _family(f"{NS}_log_truncations_total"), _family(f"{NS}_log_lines_cut_total"),
                                   _family(f"{NS}_source_up"))
+    stale = _family(f"{NS}_log_source_stale")
     for path, s in sorted(view.log_sources.items()):
         lines.add_metric([path], float(s["lines_read"]))
         rot.add_metric([path], float(s["rotations"]))
         trunc.add_metric([path], float(s["truncations"]))
         cut.add_metric([path], float(s["lines_cut"]))
         up.add_metric([path], 1.0 if s["up"] else 0.0)
+        stale.add_metric([path], 1.0 if s.get("stale") else 0.0)
     unparsed = _family(f"{NS}_log_lines_unparsed_total")
     for reason, n in sorted(view.unparsed.items()):
         unparsed.add_metric([reason], float(n))
@@ -122,7 +124,7 @@ def families(view: View) -> list:
         duration.add_metric([SGLANG_SOURCE], float(sc["duration"]))
         for reason in REJECT_REASONS:
             rejected.add_metric([reason], float(sc["rejected"].get(reason, 0)))
-    out += [lines, rot, trunc, cut, up, unparsed, events, success, duration, rejected]
+    out += [lines, rot, trunc, cut, up, stale, unparsed, events, success, duration, rejected]
     errors = _family(f"{NS}_worker_errors_total")
     for worker, n in sorted(view.worker_errors.items()):
         errors.add_metric([worker], float(n))

@@ -50,7 +50,7 @@ class View:
     last_batch_age: float | None
     format_family: str
     model: str
-    log_sources: dict                 # path -> {lines_read, rotations, truncations, lines_cut, up}
+    log_sources: dict                 # path -> {lines_read, rotations, truncations, lines_cut, up, stale, ...}
     unparsed: dict
     events_total: dict
     scrape: dict | None               # SGLang's /metrics, None if not configured: {success, duration, error} of
@@ -389,7 +389,8 @@ class Sidecar:
             if self.follower is not None:
                 for path, s in self.follower.stats.items():
                     logs[path] = {"lines_read": s.lines_read, "rotations": s.rotations,
-                                  "truncations": s.truncations, "lines_cut": s.lines_cut, "up": s.up}
+                                  "truncations": s.truncations, "lines_cut": s.lines_cut, "up": s.up,
+                                  "stale": s.stale, "rotated_unread": s.rotated_unread}
             return View(
                 snapshot=snap,
                 ranks={k: (v.queue, v.running, v.usage, v.throughput, v.cuda_graph) for k, v in st.ranks.items()},

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.ingest import follower as follower_mod
+from exporter.ingest import watch as watch_mod
 from exporter.ingest.containers import ContainerDecoder
 from exporter.ingest.follower import Follower, FollowStats, Line, _cut_point, _Splitter, expand, read_lines
 from exporter.ingest.positions import PositionsError, dump_positions, load_positions
@@ -234,6 +235,7 @@ def test_copytruncate_unread_tail_is_read_from_the_copy(tmp_path):
     assert texts(lines) == [numbered(i) for i in range(10, 15)] + ["half of 15"] + [numbered(i) for i in range(16, 20)]
     assert [ln.lineno for ln in lines] == [11, 12, 13, 14, 15, 16, 1, 2, 3, 4]
     assert f.stats[str(p)].truncations == 1 and f.stats[str(p)].rotated_unread == 0
+    assert {ln.source for ln in lines} == {str(p)}
 
 
 def test_copytruncate_without_a_copy_restarts_at_zero(tmp_path):
@@ -589,7 +591,7 @@ def test_run_falls_back_to_polling_when_observer_cannot_start(tmp_path, monkeypa
     def broken():
         raise OSError(24, "inotify instance limit reached")
 
-    monkeypatch.setattr(follower_mod, "_make_observer", broken)
+    monkeypatch.setattr(watch_mod, "_make_observer", broken)
     p = tmp_path / "a.log"
     p.write_text("")
     f = Follower([str(p)])
@@ -809,7 +811,8 @@ def test_restart_after_a_rename_rotation_finishes_the_rotated_file_first(tmp_pat
     p.write_text("3\n")
     g = _restart(f, [str(p)])
     assert g.join() == {str(p): "open"}
-    assert [(ln.lineno, ln.text) for ln in g.poll()] == [(2, "2"), (1, "3")]
+    lines = g.poll()
+    assert [(ln.source, ln.lineno, ln.text) for ln in lines] == [(str(p), 2, "2"), (str(p), 1, "3")]
     assert g.stats[str(p)].rotations == 1 and g.stats[str(p)].rotated_unread == 0
 
 
@@ -935,3 +938,18 @@ def test_positions_round_trip(tmp_path):
     f = Follower([str(p)], from_start=True)
     f.poll()
     assert load_positions(dump_positions(f.positions())) == f.positions()
+
+
+def test_restart_when_the_saved_file_cannot_be_opened_yet_keeps_its_position(tmp_path, monkeypatch):
+    p = tmp_path / "a.log"
+    p.write_text("1\n")
+    f = Follower([str(p)], from_start=True)
+    f.poll()
+    _append(p, b"2\n")
+    real_open = os.open
+    monkeypatch.setattr(follower_mod.os, "open", lambda path, *a, **kw: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied")) if str(path) == str(p) else real_open(path, *a, **kw))
+    g = _restart(f, [str(p)])
+    assert g.join()[str(p)].startswith("error") and g.poll() == []
+    monkeypatch.setattr(follower_mod.os, "open", real_open)
+    assert [(ln.lineno, ln.text) for ln in g.poll()] == [(2, "2")]     # from the saved offset, not from 0

@@ -3,8 +3,8 @@ its saved positions at random points. Every complete line must be handed out exa
 
 The writer, the rotations, the polls, the saves of positions and the kills are steps of one seeded random
 schedule on one thread, so an interleaving that fails is reproduced by its seed; time is a fake clock. A
-"kill" is what SIGKILL leaves behind: the follower is dropped without close(), and the consumer's lines
-are rolled back to its last save (the sidecar saves positions and counters in one file, after ingesting).
+"kill" is what SIGKILL leaves behind: the follower's state is dropped (its descriptors closed, as the kernel
+does), and the consumer's lines are rolled back to its last save (the sidecar saves positions and counters in one file, after ingesting).
 One test at the end runs a real writer thread at >= 1,000 lines/s against a real `Follower.run`.
 
 What the schedule does not do, because no reader can survive it (docs/tailing.md, "Limits"): two rotations
@@ -182,6 +182,7 @@ class Run:
         for ln in self.f.poll():
             m = NUM.search(ln.text.encode())
             assert m, f"not a whole line: {ln.text!r}"
+            assert ln.source == str(self.w.path)    # rotated and copied files speak for the followed path
             self.got.append(int(m.group(1)))
 
     def commit(self) -> None:
@@ -190,7 +191,10 @@ class Run:
         self.saved_len = len(self.got)
 
     def kill(self) -> None:
-        self.f = None               # no close(): the descriptors just go away with the process
+        # Nothing of the old follower's state survives but the last save. Its descriptors are released as the
+        # kernel does for a killed process (close() does nothing else: no flush, no save).
+        self.f.close()
+        self.f = None
         del self.got[self.saved_len:]
         self.down = self.rng.randrange(0, 30)
         self.kills += 1
@@ -268,6 +272,7 @@ def test_every_line_exactly_once_through_rotations_and_kills(tmp_path, mode):
         d.mkdir()
         run = Run(d, mode, seed)
         run.finish()
+        run.f.close()
         assert run.got == list(range(N_LINES)), (
             f"mode {mode} seed {seed}: missing {sorted(set(range(N_LINES)) - set(run.got))[:10]}, "
             f"repeated {sorted({i for i in run.got if run.got.count(i) > 1})[:10]}")
@@ -374,3 +379,33 @@ def test_real_writer_thread_at_1000_lines_per_second_with_run(tmp_path, seed):
     f.close()
     assert got == list(range(n))
     assert f.stats[str(p)].rotations == 3 and f.stats[str(p)].truncations == 1
+
+
+def test_stale_source_reaches_the_exposition(tmp_path):
+    """FollowStats.stale -> the sidecar's View -> sglang_exporter_log_source_stale{source} on /metrics."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from exporter.config import Config
+    from exporter.expose import SidecarCollector
+    from exporter.sidecar import Sidecar
+
+    p = tmp_path / "sglang.log"
+    fh = open(p, "ab", buffering=0)  # noqa: SIM115
+    sc = Sidecar(Config(log_files=(str(p),)))
+    now = [0.0]
+    sc.follower.clock = lambda: now[0]
+    registry = CollectorRegistry()
+    registry.register(SidecarCollector(sc))
+    series = f'sglang_exporter_log_source_stale{{source="{p}"}}'
+    sc.poll_logs_once()
+    os.rename(p, f"{p}.1")
+    p.touch()
+    sc.poll_logs_once()
+    assert f"{series} 0.0" in generate_latest(registry).decode()
+    now[0] = 60.0
+    fh.write(b"[2025-08-11 17:17:03] still writing to the renamed file\n")
+    sc.poll_logs_once()
+    assert f"{series} 1.0" in generate_latest(registry).decode()
+    assert sc.view().log_sources[str(p)]["lines_read"] == 1
+    fh.close()
+    sc.shutdown()

@@ -381,6 +381,7 @@ M_READ = _metric(f"{catalog.NS}_log_lines_read_total")
 M_UNPARSED = _metric(f"{catalog.NS}_log_lines_unparsed_total")
 M_EVENTS = _metric(f"{catalog.NS}_log_events_total")
 M_SOURCE_UP = _metric(f"{catalog.NS}_source_up")
+M_STALE = _metric(f"{catalog.NS}_log_source_stale")
 M_SCRAPE = _metric(f"{catalog.NS}_scrape_success")
 M_INFO = _metric(f"{catalog.NS}_sglang_info")
 DRIFT_REASONS = ("unknown_message", "malformed")   # SGLang-prefixed lines we could not read
@@ -442,6 +443,7 @@ def meta_alerts(p: Params) -> list[Alert]:
             f"# a followed file that cannot be read at all\n"
             f"or on ({J}, source)\n"
             f"{M_SOURCE_UP}{_sel(sel, NOT_SRC_METRICS)} == 0\n"),
+        "SGLangLogSourceStale": f"{M_STALE}{_sel(sel)} == 1\n",
         WATCHDOG: "vector(1)\n",
     }
     out = []
@@ -817,6 +819,16 @@ def _meta_tests(p: Params, a: Alert) -> list[dict]:
                                           _alert_case(a.name, 0, [_exp(a, {**C, **src}, 0)]),
                                           _alert_case(a.name, f, [_exp(a, {**C, **src}, 0)])]})
         return tests
+    if a.name == "SGLangLogSourceStale":
+        k = 5
+        steps = k + int(f / I) + 5
+        src = {"source": "/var/log/sglang/sglang.log"}
+        series = [{"series": _series(M_STALE, {**A, **src}), "values": _vals([0] * k + [1] * (steps - k))},
+                  {"series": _series(M_STALE, {**B, **src}), "values": _vals([0] * steps)}]
+        return [{"name": f"{a.name}: a rotated-away file still written to for {a.for_}", "interval": iv,
+                 "input_series": series,
+                 "alert_rule_test": [_alert_case(a.name, k * I + f - I, []),
+                                     _alert_case(a.name, k * I + f, [_exp(a, {**A, **src}, 1)])]}]
     if a.name == WATCHDOG:
         return [{"name": f"{a.name}: always fires", "interval": iv, "input_series": [],
                  "alert_rule_test": [_alert_case(a.name, 0, [_exp(a, {}, 1)]),
@@ -1330,6 +1342,8 @@ def alerts_md(p: Params) -> str:
         f"- `SGLangLogStale`: no line read from a followed file for {defaults.log_stale_window}, or the "
         "file cannot be read (`source_up == 0`). An idle SGLang prints nothing, so this also fires on a "
         "server that had no traffic for that long; raise `log_stale_window` or silence it for idle fleets.",
+        "- `SGLangLogSourceStale`: a file rotated away from a followed path is still written to after the "
+        "grace period (`sglang_exporter_log_source_stale == 1`): the writer never reopens its log.",
         f"- `{WATCHDOG}`: always fires (`vector(1)`); route it to a dead man's switch.",
         "",
         "## Routing (`alerts/alertmanager.yml`)",

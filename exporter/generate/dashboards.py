@@ -491,16 +491,19 @@ def detail_panels() -> list:
               targets=[Target(f"min by ({BY}, source) ({NS}_source_up{{{SEL}}})", "{{instance}} {{source}}")],
               mappings=[(0, "down", "red"), (1, "up", "green")], steps=[(None, "green")]),
         Panel("Log rotations, truncations and cut lines", "timeseries", "short", min=0,
-              shows="Log rotations followed, truncations detected and over-long lines cut, per rate interval.",
-              good="rotations at your logrotate cadence; truncations and cut lines zero.",
-              bad="truncations: something rewrites the log in place (copytruncate) and lines may be lost; cut "
-                  "lines: raise the line cap.",
+              shows="Log rotations followed, truncations detected and over-long lines cut, per rate interval; "
+                    "stale (1) while a rotated-away file is still written to.",
+              good="rotations at your logrotate cadence; truncations, cut lines and stale zero.",
+              bad="truncations: something rewrites the log in place (copytruncate: use delaycompress); cut "
+                  "lines: raise the line cap; stale: the writer never reopens its log (SGLangLogSourceStale).",
               targets=[Target(f"sum by ({BY}, source) (increase({NS}_log_rotations_total{{{SEL}}}"
                               f"[$__rate_interval]))", "{{instance}} rotations {{source}}"),
                        Target(f"sum by ({BY}, source) (increase({NS}_log_truncations_total{{{SEL}}}"
                               f"[$__rate_interval]))", "{{instance}} truncations {{source}}"),
                        Target(f"sum by ({BY}, source) (increase({NS}_log_lines_cut_total{{{SEL}}}"
-                              f"[$__rate_interval]))", "{{instance}} cut {{source}}")]),
+                              f"[$__rate_interval]))", "{{instance}} cut {{source}}"),
+                       Target(f"max by ({BY}, source) ({NS}_log_source_stale{{{SEL}}})",
+                              "{{instance}} stale {{source}}")]),
         Panel("SGLang /metrics scrape success", "timeseries", "short", min=0, max=1,
               shows="1 when the sidecar's last scrape of SGLang's /metrics succeeded (0 too when its scraper is "
                     "stuck).",

@@ -122,6 +122,18 @@ META_DIAGNOSIS = {
         "container command, or the container runtime's log file) and the sidecar's `--log-file` path.",
         "Restore the log hand-off (SGLang logs only to stderr) and make the sidecar follow the right file. "
         "For fleets that are idle for long periods, raise `log_stale_window` when generating the rules."),
+    "SGLangLogSourceStale": (
+        ['sglang_exporter_log_source_stale{sel}', 'rate(sglang_exporter_log_lines_read_total{sel}[15m])',
+         'sglang_exporter_log_rotations_total{sel}'],
+        "The sidecar logs `is still written to ... the writer does not reopen its log file`, naming the "
+        "rotated file. In the SGLang container, `ls -l /proc/<pid>/fd/1 /proc/<pid>/fd/2` shows the renamed "
+        "file (or `(deleted)`): SGLang was started with its output redirected (`> sglang.log 2>&1`) and a "
+        "rename rotation (logrotate `create`) moved the file away under it.",
+        "Make rotation match the writer: either rotate with logrotate `copytruncate` (plus `delaycompress`, "
+        "so the sidecar can read the copy's unread rest), or write through something that reopens the file "
+        "(the hand-off wrapper `handoff.py` of the Kubernetes deployment, docs/deploy.md, or the container "
+        "runtime's own log under /var/log/pods). Until "
+        "then the sidecar keeps reading the renamed file, so no line is lost while it runs."),
     "SGLangAlertingWatchdog": (
         ['ALERTS{alertname="SGLangAlertingWatchdog"}'],
         "This alert always fires. Nothing is wrong while it arrives; the page you need is from your dead "
@@ -161,6 +173,7 @@ def fires_when(a, p) -> str:
         "SGLangLogParserDrift": f"(unknown + malformed) / SGLang lines > {p.max_unknown_ratio:g} over "
                                 f"{p.drift_window}",
         "SGLangLogStale": f"no log line read for {p.log_stale_window}, or the log file is unreadable",
+        "SGLangLogSourceStale": "a file rotated away from the followed path is still written to",
         "SGLangAlertingWatchdog": "always",
     }.get(a.name, a.summary)
 

@@ -2,10 +2,14 @@
 
 `Follower` tails files named by paths and globs: it survives rename rotation, copytruncate, truncation,
 same-size rewrites, deletion and re-creation, files that do not exist yet and symlinks whose target changes
-(kubelet's ``/var/log/containers`` links). `Follower.poll` is one deterministic, non-blocking pass;
-`Follower.run` loops it, woken by inotify (watchdog) with a polling fallback. `read_lines` reads one whole file
-(or stdin) with the same line splitting. What is guaranteed in each case, and the known limits:
-docs/tailing.md.
+(kubelet's ``/var/log/containers`` links). A rotated-away file is drained until quiet (and reported stale
+when the writer never leaves it); a copytruncated file's unread rest is read from the copy. `Follower.join`
+opens every file at its join point before anything is read; `Follower.positions` says where the handed-out
+lines end, and a follower built from saved positions resumes there (exporter/ingest/positions.py: the file
+format; exporter/ingest/rotation.py: finding rotated files again). `Follower.poll` is one deterministic,
+non-blocking pass; `Follower.run` loops it, woken by inotify (watchdog) with a polling fallback. The line
+splitting is in exporter/ingest/lines.py (with `read_lines`, re-exported here, for whole files). What is
+guaranteed in each case, and the known limits: docs/tailing.md.
 """
 from __future__ import annotations
 
@@ -14,57 +18,29 @@ import logging
 import os
 import re
 import stat
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from exporter.ingest.lines import (  # noqa: F401 - Line, read_lines, _cut_point: re-exported for callers
+    Block,
+    Line,
+    _cut_point,
+    _Splitter,
+    expand,
+    read_blocks,
+    read_lines,
+)
 from exporter.ingest.positions import FINGERPRINT_BYTES, validate_positions
 from exporter.ingest.rotation import find_copy, find_inode, head_matches
+from exporter.ingest.watch import Watcher
 
 log = logging.getLogger(__name__)
 
 COUNT_EXISTING_MAX = 1 << 30      # line numbers of a file joined at its end: newlines counted up to this size
 _MAGIC = re.compile(r"[*?[]")
-
-
-@dataclass(slots=True)
-class Line:
-    """One physical line: ``text`` without its line ending; ``cut`` when it was longer than the limit and
-    only its first ``max_line_bytes`` bytes are kept. ``lineno`` is 1-based within the current file."""
-
-    source: str
-    lineno: int
-    text: str
-    cut: bool = False
-
-
-@dataclass(slots=True)
-class Block:
-    """Consecutive physical lines of one source: ``texts[i]`` is line ``first + i``. ``cuts`` of them were
-    longer than the limit and cut. The splitter hands lines on in blocks so that the hot path (plain-text
-    files, the common case) creates no object per line; `lines()` gives them one by one."""
-
-    source: str
-    first: int
-    texts: list
-    cuts: int = 0
-
-    def lines(self) -> list[Line]:
-        if self.cuts:
-            # only single-line blocks carry a cut line
-            return [Line(self.source, self.first, t, True) for t in self.texts]
-        src = self.source
-        return [Line(src, k, t) for k, t in enumerate(self.texts, self.first)]
-
-
-def expand(blocks: list[Block]) -> list[Line]:
-    out: list[Line] = []
-    for b in blocks:
-        out += b.lines()
-    return out
 
 
 @dataclass
@@ -81,165 +57,6 @@ class FollowStats:
     rotated_writes: int = 0  # lines read from a rotated-away file after rotate_grace (all delivered)
     rotated_unread: int = 0  # files gone (compressed, deleted) before they could be read on from a saved
                              # position or a copytruncate offset: their unread lines, if any, are lost
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Line splitting, shared by the follower and read_lines
-
-
-def _cut_point(data: bytes, limit: int) -> int:
-    """Largest n <= limit such that data[:n] does not end inside a UTF-8 sequence."""
-    n = limit
-    # data[n] is the first byte left out; if it continues a character, back off to that character's start.
-    while n > 0 and limit - n < 4 and (data[n] & 0xC0) == 0x80:
-        n -= 1
-    return n if limit - n < 4 else limit
-
-
-class _Splitter:
-    """Bytes chunks in, `Block`s of lines out. Holds at most ``max_line_bytes`` of an unfinished line."""
-
-    __slots__ = ("buf", "cuts", "discard", "lineno", "max", "source")
-
-    def __init__(self, source: str, max_line_bytes: int) -> None:
-        if max_line_bytes < 1:
-            raise ValueError("max_line_bytes must be >= 1")
-        self.source = source
-        self.max = max_line_bytes
-        self.lineno = 0          # number of the last line emitted (or skipped)
-        self.buf = bytearray()   # the unfinished last line
-        self.discard = False     # inside the unkept rest of a cut line: drop bytes up to the next newline
-        self.cuts = 0
-
-    def reset(self, lineno: int = 0) -> None:
-        self.lineno = lineno
-        self.buf.clear()
-        self.discard = False
-
-    @property
-    def holding(self) -> bool:
-        return bool(self.buf)
-
-    def _emit(self, out: list, raw: bytes) -> None:
-        self.lineno += 1
-        text = raw.decode("utf-8", "replace")
-        text = text.removesuffix("\r")
-        out.append(Block(self.source, self.lineno, [text]))
-
-    def _emit_cut(self, out: list, raw: bytes) -> None:
-        """raw is longer than the limit: keep its head, drop the rest of the line."""
-        self.lineno += 1
-        self.cuts += 1
-        n = _cut_point(raw, self.max) if len(raw) > self.max else len(raw)
-        out.append(Block(self.source, self.lineno, [raw[:n].decode("utf-8", "replace")], 1))
-
-    def feed(self, data: bytes, out: list) -> None:
-        mx = self.max
-        if self.discard:
-            i = data.find(b"\n")
-            if i < 0:
-                return
-            data = data[i + 1:]
-            self.discard = False
-        buf = self.buf
-        if buf:
-            i = data.find(b"\n")
-            if i < 0:
-                if len(buf) + len(data) > mx:
-                    buf += data[: mx + 1 - len(buf)]
-                    self._emit_cut(out, bytes(buf))
-                    buf.clear()
-                    self.discard = True
-                else:
-                    buf += data
-                return
-            if len(buf) + i > mx:
-                buf += data[: mx + 1 - len(buf)]
-                self._emit_cut(out, bytes(buf))
-            else:
-                buf += data[:i]
-                self._emit(out, bytes(buf))
-            buf.clear()
-            data = data[i + 1:]
-        j = data.rfind(b"\n")
-        if j >= 0:
-            body = data[:j]
-            tail = data[j + 1:]
-            if len(body) > mx:
-                # Some line in here may be too long: look at each.
-                for raw in body.split(b"\n"):
-                    if len(raw) > mx:
-                        self._emit_cut(out, raw)
-                    else:
-                        self._emit(out, raw)
-            else:
-                # Fast path: no line here can exceed the limit. Decoding the whole body at once is safe:
-                # an invalid UTF-8 sequence never swallows a b"\n", so lines map one to one.
-                text = body.decode("utf-8", "replace")
-                parts = text.split("\n")
-                if "\r" in text:
-                    parts = [p.removesuffix("\r") for p in parts]
-                out.append(Block(self.source, self.lineno + 1, parts))
-                self.lineno += len(parts)
-        else:
-            tail = data
-        if tail:
-            if len(tail) > mx:
-                self._emit_cut(out, tail[: mx + 1])
-                self.discard = True
-            else:
-                buf += tail
-
-    def flush(self, out: list) -> None:
-        """Emit the unfinished last line (end of input, or the file it belonged to is gone)."""
-        if self.buf:
-            self._emit(out, bytes(self.buf))
-            self.buf.clear()
-        self.discard = False
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Whole-file reader
-
-
-def read_lines(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 16) -> Iterator[Line]:
-    """All lines of a file (``"-"``: stdin), last one included even without a newline.
-
-    Opening happens now, so a missing file raises `FileNotFoundError` (or `PermissionError`,
-    `IsADirectoryError`) from this call, not from the first iteration.
-    """
-    blocks = read_blocks(path, max_line_bytes, chunk)
-    return (line for b in blocks for line in b.lines())
-
-
-def read_blocks(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 18) -> Iterator[Block]:
-    """`read_lines` in `Block`s (no object per line). Opens now, as `read_lines` does."""
-    if path == "-":
-        return _iter_stream(sys.stdin.buffer, "-", max_line_bytes, chunk, close=False)
-    if os.path.isdir(path):
-        raise IsADirectoryError(21, "Is a directory", path)
-    f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the generator
-    return _iter_stream(f, path, max_line_bytes, chunk, close=True)
-
-
-def _iter_stream(f, source: str, max_line_bytes: int, chunk: int, close: bool) -> Iterator[Block]:
-    split = _Splitter(source, max_line_bytes)
-    read = getattr(f, "read1", None) or f.read
-    out: list[Block] = []
-    try:
-        while True:
-            data = read(chunk)
-            if not data:
-                break
-            split.feed(data, out)
-            if out:
-                yield from out
-                out.clear()
-        split.flush(out)
-        yield from out
-    finally:
-        if close:
-            f.close()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -351,7 +168,7 @@ class Follower:
         self._tails: dict[str, _Tail] = {}
         self._started = False
         self._closed = False
-        self._watcher: _Watcher | None = None
+        self._watcher: Watcher | None = None
 
     # -- discovery --------------------------------------------------------------------------------------
 
@@ -443,6 +260,8 @@ class Follower:
             st = None
         if st is not None and (st.st_dev, st.st_ino) == (e["dev"], e["ino"]):
             if not self._open(t, at_end=False):
+                # unreadable right now, or renamed since the stat: apply the position at a later poll
+                self._saved[t.path] = dict(e, draining=[])
                 return False
             cur = t.cur
             fp = bytes.fromhex(e["fp"])
@@ -452,7 +271,7 @@ class Follower:
                 return True
             # truncated (or rewritten) while we were down: the rest may be in the rotated copy
             copy = find_copy(os.path.realpath(t.path), fp, e["offset"])
-            f = self._reopen_at(copy, e, fp) if copy else None
+            f = self._reopen_at(t, copy, e, fp) if copy else None
             if f is None:
                 self._lost(t, e)
             else:
@@ -473,14 +292,16 @@ class Follower:
         return self._open(t, at_end=False)
 
     def _reopen_saved(self, t: _Tail, e: dict) -> _File | None:
-        """The saved file, found by device + inode next to where it was or where the path points now."""
+        """The saved file, found by device + inode in the path's directory or the one it points into now.
+        (Not in the directory the saved ``name`` says: a damaged or foreign positions file must not make us
+        read files elsewhere.)"""
         dirs = [os.path.dirname(os.path.realpath(t.path)), os.path.dirname(os.path.abspath(t.path))]
-        if e["name"]:
-            dirs.insert(0, os.path.dirname(e["name"]))
         p = find_inode(dirs, e["dev"], e["ino"])
-        return self._reopen_at(p, e, bytes.fromhex(e["fp"]), same_inode=True) if p else None
+        return self._reopen_at(t, p, e, bytes.fromhex(e["fp"]), same_inode=True) if p else None
 
-    def _reopen_at(self, path: str, e: dict, fp: bytes, same_inode: bool = False) -> _File | None:
+    def _reopen_at(self, t: _Tail, path: str, e: dict, fp: bytes, same_inode: bool = False) -> _File | None:
+        """``path`` (a rotated file of ``t``) opened at the position ``e``, if it still has ``fp`` as its head
+        and at least ``e["offset"]`` bytes. Its lines are the followed path's."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError:
@@ -490,7 +311,7 @@ class Follower:
             ok = (fst.st_size >= e["offset"] and head_matches(fd, fp)
                   and (not same_inode or (fst.st_dev, fst.st_ino) == (e["dev"], e["ino"])))
             if ok:
-                f = _File(fd, fst, path, _Splitter(path, self.max_line_bytes))
+                f = _File(fd, fst, path, _Splitter(t.path, self.max_line_bytes))
                 f.seek(e["offset"], e["lineno"], e["skip"])
                 f.fp = fp
                 return f
@@ -595,13 +416,16 @@ class Follower:
     def _drain(self, t: _Tail, f: _File, out: list[Block], now: float) -> bool:
         """Read a rotated-away file on; close it once quiet for the grace period. True: stopped at budget."""
         fst = os.fstat(f.fd)
+        # written to since the last look (not merely a backlog read late because of the poll budget)
+        grew = 0 <= f.last_size < fst.st_size
+        f.last_size = fst.st_size
         behind = False
         if fst.st_size > f.offset:
             n0 = len(out)
             behind = self._read(f, out, self.poll_budget, now)
             if not f.once and now - f.since > self.rotate_grace:
                 t.stats.rotated_writes += sum(len(b.texts) for b in out[n0:])
-                if not f.stale:
+                if grew and not f.stale:
                     f.stale = True
                     log.warning("log source %s: the file rotated away from it (%s) is still written to %.0f s "
                                 "after the rotation: the writer does not reopen its log file. Its lines are "
@@ -629,7 +453,7 @@ class Follower:
     def _truncated(self, t: _Tail, out: list[Block], now: float) -> None:
         cur = t.cur
         copy = find_copy(os.path.realpath(t.path), cur.fp, cur.offset)
-        f = self._reopen_at(copy, {"offset": cur.offset, "lineno": 0, "skip": False}, cur.fp) if copy else None
+        f = self._reopen_at(t, copy, {"offset": cur.offset, "lineno": 0, "skip": False}, cur.fp) if copy else None
         if f is not None:
             # copytruncate: the lines between our offset and the truncation point are in the copy; our
             # splitter goes with it, to finish the line it holds
@@ -775,7 +599,7 @@ class Follower:
         ``blocks=True`` hands ``on_lines`` `Block`s instead of `Line`s. After a poll that found lines, the
         next one that finds none calls ``on_lines([])`` once."""
         wake = threading.Event()
-        watcher = self._watcher = _Watcher(wake, appends=wake_on_append)
+        watcher = self._watcher = Watcher(wake, appends=wake_on_append)
         self.mode = watcher.mode
         refresh_watches = True
         had_lines = False
@@ -834,99 +658,3 @@ def _fd_name(f: _File) -> str:
         return os.readlink(f"/proc/self/fd/{f.fd}")
     except OSError:
         return f.name
-
-
-def _make_observer():
-    from watchdog.observers import Observer
-
-    return Observer()
-
-
-_IGNORED_EVENTS = frozenset(("opened", "closed_no_write"))
-
-
-def _structural_events() -> list:
-    from watchdog.events import (
-        DirCreatedEvent,
-        DirDeletedEvent,
-        DirMovedEvent,
-        FileCreatedEvent,
-        FileDeletedEvent,
-        FileMovedEvent,
-    )
-    return [FileCreatedEvent, FileDeletedEvent, FileMovedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
-
-
-class _Watcher:
-    """watchdog observer over a changing set of directories; sets ``wake`` on relevant changes."""
-
-    def __init__(self, wake: threading.Event, appends: bool = True) -> None:
-        self.wake = wake
-        self.appends = appends      # False: structural changes only (create, move, delete), no per-write events
-        self.watches: dict[tuple[str, bool], object] = {}
-        self.patterns: tuple[str, ...] = ()
-        self.names: frozenset[str] = frozenset()
-        self.observer = None
-        self.mode = "poll"
-        try:
-            from watchdog.events import FileSystemEventHandler
-
-            watcher = self
-
-            class _Handler(FileSystemEventHandler):
-                def on_any_event(self, event) -> None:
-                    watcher._event(event)
-
-            self.handler = _Handler()
-            self.observer = _make_observer()
-            self.observer.start()
-            self.mode = "inotify"
-        except Exception as exc:  # noqa: BLE001 - any failure here means: poll
-            log.warning("file change notification unavailable (%s); polling instead", exc)
-            self.observer = None
-
-    def _event(self, event) -> None:
-        if event.event_type in _IGNORED_EVENTS:
-            return
-        for p in (event.src_path, getattr(event, "dest_path", "")):
-            if not p:
-                continue
-            if isinstance(p, bytes):
-                p = os.fsdecode(p)
-            if p in self.names or any(fnmatchcase(p, pat) for pat in self.patterns):
-                self.wake.set()
-                return
-
-    def update(self, dirs: dict[str, bool], patterns: tuple[str, ...], names: frozenset[str]) -> None:
-        self.patterns, self.names = patterns, names
-        if self.observer is None:
-            return
-        wanted = set(dirs.items())
-        for key in list(self.watches):
-            if key not in wanted:
-                try:
-                    self.observer.unschedule(self.watches.pop(key))
-                except Exception as exc:  # noqa: BLE001 - the directory may be gone already
-                    log.debug("unwatch %s: %s", key[0], exc)
-        for key in wanted:
-            if key in self.watches:
-                continue
-            try:
-                self.watches[key] = self.observer.schedule(self.handler, key[0], recursive=key[1],
-                                                           event_filter=None if self.appends else _structural_events())
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
-                continue
-            except Exception as exc:  # noqa: BLE001 - inotify limits: fall back to polling
-                log.warning("cannot watch %s (%s); polling instead", key[0], exc)
-                self.stop()
-                self.mode = "poll"
-                return
-
-    def stop(self) -> None:
-        obs, self.observer = self.observer, None
-        if obs is not None:
-            try:
-                obs.stop()
-                obs.join(timeout=5)
-            except Exception as exc:  # noqa: BLE001 - stopping is best effort
-                log.debug("stopping the file observer: %s", exc)

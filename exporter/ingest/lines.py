@@ -1,0 +1,209 @@
+"""Bytes to physical lines: the splitter the follower feeds, and `read_lines` / `read_blocks` for whole files.
+
+A line is cut at ``max_line_bytes`` (never inside a UTF-8 character) and the rest dropped up to its newline;
+invalid UTF-8 is replaced; one trailing ``\r`` is removed. Lines travel in `Block`s, so the hot path creates
+no object per line.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Line:
+    """One physical line: ``text`` without its line ending; ``cut`` when it was longer than the limit and
+    only its first ``max_line_bytes`` bytes are kept. ``lineno`` is 1-based within the current file."""
+
+    source: str
+    lineno: int
+    text: str
+    cut: bool = False
+
+
+@dataclass(slots=True)
+class Block:
+    """Consecutive physical lines of one source: ``texts[i]`` is line ``first + i``. ``cuts`` of them were
+    longer than the limit and cut. The splitter hands lines on in blocks so that the hot path (plain-text
+    files, the common case) creates no object per line; `lines()` gives them one by one."""
+
+    source: str
+    first: int
+    texts: list
+    cuts: int = 0
+
+    def lines(self) -> list[Line]:
+        if self.cuts:
+            # only single-line blocks carry a cut line
+            return [Line(self.source, self.first, t, True) for t in self.texts]
+        src = self.source
+        return [Line(src, k, t) for k, t in enumerate(self.texts, self.first)]
+
+
+def expand(blocks: list[Block]) -> list[Line]:
+    out: list[Line] = []
+    for b in blocks:
+        out += b.lines()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Line splitting, shared by the follower and read_lines
+
+
+def _cut_point(data: bytes, limit: int) -> int:
+    """Largest n <= limit such that data[:n] does not end inside a UTF-8 sequence."""
+    n = limit
+    # data[n] is the first byte left out; if it continues a character, back off to that character's start.
+    while n > 0 and limit - n < 4 and (data[n] & 0xC0) == 0x80:
+        n -= 1
+    return n if limit - n < 4 else limit
+
+
+class _Splitter:
+    """Bytes chunks in, `Block`s of lines out. Holds at most ``max_line_bytes`` of an unfinished line."""
+
+    __slots__ = ("buf", "cuts", "discard", "lineno", "max", "source")
+
+    def __init__(self, source: str, max_line_bytes: int) -> None:
+        if max_line_bytes < 1:
+            raise ValueError("max_line_bytes must be >= 1")
+        self.source = source
+        self.max = max_line_bytes
+        self.lineno = 0          # number of the last line emitted (or skipped)
+        self.buf = bytearray()   # the unfinished last line
+        self.discard = False     # inside the unkept rest of a cut line: drop bytes up to the next newline
+        self.cuts = 0
+
+    def reset(self, lineno: int = 0) -> None:
+        self.lineno = lineno
+        self.buf.clear()
+        self.discard = False
+
+    @property
+    def holding(self) -> bool:
+        return bool(self.buf)
+
+    def _emit(self, out: list, raw: bytes) -> None:
+        self.lineno += 1
+        text = raw.decode("utf-8", "replace")
+        text = text.removesuffix("\r")
+        out.append(Block(self.source, self.lineno, [text]))
+
+    def _emit_cut(self, out: list, raw: bytes) -> None:
+        """raw is longer than the limit: keep its head, drop the rest of the line."""
+        self.lineno += 1
+        self.cuts += 1
+        n = _cut_point(raw, self.max) if len(raw) > self.max else len(raw)
+        out.append(Block(self.source, self.lineno, [raw[:n].decode("utf-8", "replace")], 1))
+
+    def feed(self, data: bytes, out: list) -> None:
+        mx = self.max
+        if self.discard:
+            i = data.find(b"\n")
+            if i < 0:
+                return
+            data = data[i + 1:]
+            self.discard = False
+        buf = self.buf
+        if buf:
+            i = data.find(b"\n")
+            if i < 0:
+                if len(buf) + len(data) > mx:
+                    buf += data[: mx + 1 - len(buf)]
+                    self._emit_cut(out, bytes(buf))
+                    buf.clear()
+                    self.discard = True
+                else:
+                    buf += data
+                return
+            if len(buf) + i > mx:
+                buf += data[: mx + 1 - len(buf)]
+                self._emit_cut(out, bytes(buf))
+            else:
+                buf += data[:i]
+                self._emit(out, bytes(buf))
+            buf.clear()
+            data = data[i + 1:]
+        j = data.rfind(b"\n")
+        if j >= 0:
+            body = data[:j]
+            tail = data[j + 1:]
+            if len(body) > mx:
+                # Some line in here may be too long: look at each.
+                for raw in body.split(b"\n"):
+                    if len(raw) > mx:
+                        self._emit_cut(out, raw)
+                    else:
+                        self._emit(out, raw)
+            else:
+                # Fast path: no line here can exceed the limit. Decoding the whole body at once is safe:
+                # an invalid UTF-8 sequence never swallows a b"\n", so lines map one to one.
+                text = body.decode("utf-8", "replace")
+                parts = text.split("\n")
+                if "\r" in text:
+                    parts = [p.removesuffix("\r") for p in parts]
+                out.append(Block(self.source, self.lineno + 1, parts))
+                self.lineno += len(parts)
+        else:
+            tail = data
+        if tail:
+            if len(tail) > mx:
+                self._emit_cut(out, tail[: mx + 1])
+                self.discard = True
+            else:
+                buf += tail
+
+    def flush(self, out: list) -> None:
+        """Emit the unfinished last line (end of input, or the file it belonged to is gone)."""
+        if self.buf:
+            self._emit(out, bytes(self.buf))
+            self.buf.clear()
+        self.discard = False
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Whole-file reader
+
+
+def read_lines(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 16) -> Iterator[Line]:
+    """All lines of a file (``"-"``: stdin), last one included even without a newline.
+
+    Opening happens now, so a missing file raises `FileNotFoundError` (or `PermissionError`,
+    `IsADirectoryError`) from this call, not from the first iteration.
+    """
+    blocks = read_blocks(path, max_line_bytes, chunk)
+    return (line for b in blocks for line in b.lines())
+
+
+def read_blocks(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 18) -> Iterator[Block]:
+    """`read_lines` in `Block`s (no object per line). Opens now, as `read_lines` does."""
+    if path == "-":
+        return _iter_stream(sys.stdin.buffer, "-", max_line_bytes, chunk, close=False)
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "Is a directory", path)
+    f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the generator
+    return _iter_stream(f, path, max_line_bytes, chunk, close=True)
+
+
+def _iter_stream(f, source: str, max_line_bytes: int, chunk: int, close: bool) -> Iterator[Block]:
+    split = _Splitter(source, max_line_bytes)
+    read = getattr(f, "read1", None) or f.read
+    out: list[Block] = []
+    try:
+        while True:
+            data = read(chunk)
+            if not data:
+                break
+            split.feed(data, out)
+            if out:
+                yield from out
+                out.clear()
+        split.flush(out)
+        yield from out
+    finally:
+        if close:
+            f.close()
+
