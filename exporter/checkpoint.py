@@ -34,6 +34,7 @@ class Checkpoint:
     written: float = 0.0                              # wall-clock time of writing (for the operator)
 
     def to_bytes(self) -> bytes:
+        validate_positions(self.positions)        # never write what we would refuse to read
         doc = {"format": FORMAT, "version": VERSION, "written": self.written,
                "positions": self.positions, "counters": self.counters}
         return (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode()

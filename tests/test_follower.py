@@ -19,11 +19,13 @@ from helpers import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter import checkpoint
+from exporter.checkpoint import CheckpointError
 from exporter.ingest import follower as follower_mod
 from exporter.ingest import watch as watch_mod
 from exporter.ingest.containers import ContainerDecoder
 from exporter.ingest.follower import Follower, FollowStats, Line, _cut_point, _Splitter, expand, read_lines
-from exporter.ingest.positions import PositionsError, dump_positions, load_positions
+from exporter.ingest.positions import PositionsError
 
 
 def texts(lines: list[Line]) -> list[str]:
@@ -745,7 +747,7 @@ def _append(p: Path, data: bytes) -> None:
 
 def _restart(f: Follower, patterns: list[str], **kw) -> Follower:
     """What a restart sees: the positions saved (through their on-disk form), a new follower."""
-    return Follower(patterns, positions=load_positions(dump_positions(f.positions())), **kw)
+    return Follower(patterns, positions=roundtrip(f.positions()), **kw)
 
 
 def test_join_opens_at_the_end_reading_nothing(tmp_path, monkeypatch):
@@ -898,12 +900,12 @@ def test_cri_layout_rotation_while_down_through_the_container_symlink(tmp_path):
     (b"", "not JSON"),
     (b"positions:\n  /var/log/a.log: 1234\n", "not JSON"),                 # Promtail's YAML
     (b'{"positions": {}}', "format"),
-    (b'{"format": "sglang-exporter-positions", "version": 2, "sources": {}}', "version 2"),
-    (b'{"format": "sglang-exporter-positions", "version": 1, "sources": []}', "sources"),
+    (b'{"format": "sglang-exporter-positions", "version": 2, "positions": {}, "counters": {}}', "version 2"),
+    (b'{"format": "sglang-exporter-positions", "version": 1, "positions": [], "counters": {}}', "positions"),
 ])
 def test_load_positions_rejects_foreign_files(data, names):
-    with pytest.raises(PositionsError, match=names):
-        load_positions(data)
+    with pytest.raises(CheckpointError, match=names):
+        checkpoint.parse(data, "positions.json")
 
 
 GOOD = {"dev": 1, "ino": 2, "offset": 3, "lineno": 1, "skip": False, "fp": "610a62", "fp_len": 3, "name": "/l/a.log"}
@@ -923,13 +925,14 @@ GOOD = {"dev": 1, "ino": 2, "offset": 3, "lineno": 1, "skip": False, "fp": "610a
 ])
 def test_load_positions_names_the_damaged_key(change, names):
     entry = dict(GOOD, **change)
-    data = json.dumps({"format": "sglang-exporter-positions", "version": 1, "sources": {"/l/a.log": entry}})
-    with pytest.raises(PositionsError, match=names):
-        load_positions(data)
+    data = json.dumps({"format": "sglang-exporter-positions", "version": 1, "counters": {},
+                       "positions": {"/l/a.log": entry}}).encode()
+    with pytest.raises(CheckpointError, match=names):
+        checkpoint.parse(data, "positions.json")
     with pytest.raises(PositionsError):
         Follower(["/l/a.log"], positions={"/l/a.log": entry})
     with pytest.raises(PositionsError):
-        dump_positions({"/l/a.log": entry})
+        checkpoint.Checkpoint({"/l/a.log": entry}).to_bytes()
 
 
 def test_positions_round_trip(tmp_path):
@@ -937,7 +940,7 @@ def test_positions_round_trip(tmp_path):
     p.write_text("x\n")
     f = Follower([str(p)], from_start=True)
     f.poll()
-    assert load_positions(dump_positions(f.positions())) == f.positions()
+    assert roundtrip(f.positions()) == f.positions()
 
 
 def test_restart_when_the_saved_file_cannot_be_opened_yet_keeps_its_position(tmp_path, monkeypatch):
@@ -953,3 +956,8 @@ def test_restart_when_the_saved_file_cannot_be_opened_yet_keeps_its_position(tmp
     assert g.join()[str(p)].startswith("error") and g.poll() == []
     monkeypatch.setattr(follower_mod.os, "open", real_open)
     assert [(ln.lineno, ln.text) for ln in g.poll()] == [(2, "2")]     # from the saved offset, not from 0
+
+
+def roundtrip(positions: dict) -> dict:
+    """Positions through the positions file's bytes, as a restarted sidecar reads them."""
+    return checkpoint.parse(checkpoint.Checkpoint(positions).to_bytes(), "positions.json").positions

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
+from exporter import checkpoint
 from exporter.ingest.follower import Follower
-from exporter.ingest.positions import dump_positions, load_positions
 
 GRACE = 5.0
 N_LINES = 240
@@ -187,7 +187,7 @@ class Run:
 
     def commit(self) -> None:
         # through the on-disk form, as the sidecar does
-        self.saved = load_positions(dump_positions(self.f.positions()))
+        self.saved = roundtrip(self.f.positions())
         self.saved_len = len(self.got)
 
     def kill(self) -> None:
@@ -392,6 +392,7 @@ def test_stale_source_reaches_the_exposition(tmp_path):
     p = tmp_path / "sglang.log"
     fh = open(p, "ab", buffering=0)  # noqa: SIM115
     sc = Sidecar(Config(log_files=(str(p),)))
+    sc.prepare()
     now = [0.0]
     sc.follower.clock = lambda: now[0]
     registry = CollectorRegistry()
@@ -409,3 +410,8 @@ def test_stale_source_reaches_the_exposition(tmp_path):
     assert sc.view().log_sources[str(p)]["lines_read"] == 1
     fh.close()
     sc.shutdown()
+
+
+def roundtrip(positions: dict) -> dict:
+    """Positions through the positions file's bytes, as a restarted sidecar reads them."""
+    return checkpoint.parse(checkpoint.Checkpoint(positions).to_bytes(), "positions.json").positions

@@ -232,7 +232,7 @@ class Follower:
         ``{path: {dev, ino, offset, lineno, skip, fp, fp_len, name, draining: [same without draining]}}``.
         ``ino`` 0: no file was open (what appears is read from its start); ``skip``: the offset is inside the
         rest of a cut line, dropped up to its newline; ``fp``: hex of the first ``fp_len`` bytes; ``name``:
-        the file's real path when opened. `positions.dump_positions` turns it into the positions file."""
+        the file's real path when opened. checkpoint.py writes it, with the counters, to the positions file."""
         return self._positions
 
     def _snapshot(self) -> None:

@@ -2,18 +2,15 @@
 
 A position names one file by device + inode, the offset of the first byte not yet handed out as a complete
 line, the number of the last line handed out, and the file's first bytes (the head fingerprint) so that a
-reused inode or a rewritten file is not taken for the same one. `dump_positions` / `load_positions` give it
-a versioned JSON form; `load_positions` validates everything and raises `PositionsError` (one exception,
-naming the key) on anything else, so a caller can warn and start fresh. The rules that apply a position on
+reused inode or a rewritten file is not taken for the same one. `validate_positions` checks every field and
+raises `PositionsError` (one exception, naming the key) on anything else; the positions file that holds them
+(with the counters they belong to) is checkpoint.py's. The rules that apply a position on
 start are in `Follower` (docs/tailing.md, "Restart").
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
-FORMAT = "sglang-exporter-positions"
-VERSION = 1
 FINGERPRINT_BYTES = 1024          # head of a file kept to recognise it (and to detect rewrites)
 
 _FIELDS = {"dev": int, "ino": int, "offset": int, "lineno": int, "fp_len": int, "fp": str, "skip": bool,
@@ -22,27 +19,6 @@ _FIELDS = {"dev": int, "ino": int, "offset": int, "lineno": int, "fp_len": int, 
 
 class PositionsError(ValueError):
     """The positions data is not ours or is damaged; the message names the key."""
-
-
-def dump_positions(positions: dict) -> bytes:
-    """`Follower.positions()` as bytes for the positions file (validated first: never write what we would
-    refuse to read)."""
-    validate_positions(positions)
-    return json.dumps({"format": FORMAT, "version": VERSION, "sources": positions},
-                      sort_keys=True, separators=(",", ":")).encode()
-
-
-def load_positions(data: bytes | str) -> dict:
-    """Bytes written by `dump_positions` back to a positions dict; `PositionsError` for anything else."""
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PositionsError(f"not a positions file (not JSON: {exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise PositionsError(f"not a positions file (no \"format\": \"{FORMAT}\")")
-    if doc.get("version") != VERSION:
-        raise PositionsError(f"positions file version {doc.get('version')!r}; this build reads {VERSION}")
-    return validate_positions(doc.get("sources"))
 
 
 def validate_positions(positions: Any) -> dict:
