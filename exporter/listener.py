@@ -131,11 +131,13 @@ class Listener:
     The method names match socketserver's, so callers stop it the way they stopped http.server."""
 
     def __init__(self, address: tuple, handler: Handler, limits: Limits | None = None,
-                 ssl_context: ssl.SSLContext | None = None, clock=time.monotonic):
+                 ssl_context: ssl.SSLContext | None = None, clock=time.monotonic,
+                 on_close: Callable[[], None] | None = None):
         self.limits = limits or Limits()
         self.handler = handler
         self.ssl_context = ssl_context
         self.clock = clock
+        self.on_close = on_close     # stops what the handler started (server_close calls it last)
         host, port = address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.create_server((host, port), family=family, backlog=self.limits.backlog)
@@ -182,7 +184,11 @@ class Listener:
                     else:
                         conn = self._conns.get(key.fd)
                         if conn is not None:
-                            self._step(conn)
+                            try:
+                                self._step(conn)
+                            except Exception:  # noqa: BLE001 - a bug met by one connection must not stop the loop
+                                traceback.print_exc(file=sys.stderr)
+                                self._close(conn)
                 self._take_replies()
                 if self._next_sweep is not None and self.clock() >= self._next_sweep:
                     self._sweep()
@@ -208,6 +214,8 @@ class Listener:
         self._stopped.wait(10)
         for conn in list(self._conns.values()):
             self._close(conn)
+        while not self._jobs.empty():       # their connections are closed: room for the workers' stop marks
+            self._jobs.get_nowait()
         for _ in self._workers:
             self._jobs.put(None)
         for t in self._workers:
@@ -216,6 +224,8 @@ class Listener:
         self._wake_r.close()
         self._wake_w.close()
         self._selector.close()
+        if self.on_close is not None:
+            self.on_close()
 
     def connection_count(self) -> int:
         return len(self._conns)
