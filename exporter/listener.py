@@ -14,8 +14,9 @@ which hands back a `Response` (from any thread, via `reply`) for the I/O thread 
 
 - threads: 1 I/O thread + `Limits.workers`, whatever the clients do;
 - connections: `Limits.max_connections`; at the limit (or when the process is out of file descriptors) the
-  connection that has waited longest for its request head is closed to make room, so a flood of idle
-  connections cannot lock a scraper out;
+  connection that has waited longest for its first request head is closed to make room (a keep-alive
+  connection between requests only when there is no such one), so a flood of idle connections cannot lock a
+  scraper out;
 - time: a new connection has `head_timeout` from accept to finish its TLS handshake and request head (a
   slowloris sending a byte a second is cut there, not after every byte); a keep-alive connection may idle
   `idle_timeout` before its next request; a response that makes no write progress for `write_timeout` ends
@@ -298,12 +299,18 @@ class Listener:
             self._watch(conn, selectors.EVENT_READ)
 
     def _evict(self) -> bool:
-        """Close the connection that has waited longest for a request head; False when there is none."""
+        """Make room: close the connection that has waited longest without ever completing a request (or one
+        being closed anyway); only when there is none, the longest-idle keep-alive connection. A scraper that
+        keeps its connection alive has proven itself; a flood of new connections has not. False: nothing to
+        close (every connection has a request in progress)."""
         for fd in self._waiting:
-            conn = self._conns.get(fd)
-            if conn is not None:
+            conn = self._conns[fd]
+            if conn.served == 0 or conn.state == _LINGER:
                 self._close(conn)
                 return True
+        for fd in self._waiting:
+            self._close(self._conns[fd])
+            return True
         return False
 
     def _close(self, conn: _Conn) -> None:
@@ -334,7 +341,8 @@ class Listener:
                 self._close(conn)
             elif nearest is None or conn.deadline < nearest:
                 nearest = conn.deadline
-        self._next_sweep = nearest
+        # deadlines closer than 50 ms apart share a sweep: a sweep walks every connection
+        self._next_sweep = None if nearest is None else max(nearest, now + 0.05)
 
     def _step(self, conn: _Conn) -> None:
         if conn.state == _HANDSHAKE:

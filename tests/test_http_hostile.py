@@ -226,14 +226,20 @@ def test_head_deadline_cuts_slowloris_and_idle_connections(serving, sockets):
     conn.close()
 
 
-def test_connection_table_full_closes_the_longest_waiting(serving, sockets):
+def test_connection_table_full_closes_the_longest_waiting_new_connection(serving, sockets):
     server = serving(limits=Limits(max_connections=10)).server
     port = server.server_address[1]
-    idle = [connect(port, sockets) for _ in range(10)]
+    scraper = http.client.HTTPConnection("127.0.0.1", port, timeout=5)      # kept alive, oldest of all
+    assert get(port, "/healthz", conn=scraper)[0] == 200
+    idle = [connect(port, sockets) for _ in range(9)]
     wait_until(lambda: server.connection_count() == 10, timeout=5, what="10 connections")
-    assert get(port, "/healthz")[0] == 200
+    assert get(port, "/healthz")[0] == 200                  # an 11th connection is served...
     wait_until(lambda: closed_by_server(idle[0]), timeout=5, interval=0, what="the oldest idle one to be closed")
-    assert not closed_by_server(idle[-1])
+    assert not closed_by_server(idle[-1])                   # ...in place of the oldest that never asked anything
+    assert get(port, "/healthz", conn=scraper)[0] == 200    # the proven keep-alive scraper kept its connection
+    for s in idle[1:]:
+        s.close()
+    scraper.close()
 
 
 def test_full_work_queue_answers_503_at_once(sockets):
