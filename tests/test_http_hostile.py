@@ -193,11 +193,10 @@ def test_scrapes_answered_under_500_idle_and_50_slowloris(serving, sockets, many
 
 
 def test_head_deadline_cuts_slowloris_and_idle_connections(serving, sockets):
-    server = serving(limits=Limits(head_timeout=0.5, idle_timeout=1.0)).server
+    server = serving(limits=Limits(head_timeout=0.5, idle_timeout=2.0)).server
     port = server.server_address[1]
     silent = connect(port, sockets)
     slow = connect(port, sockets)
-    t0 = time.monotonic()
     stop = threading.Event()
 
     def dribble():      # keeps sending, so only a deadline for the whole head can cut it
@@ -210,8 +209,8 @@ def test_head_deadline_cuts_slowloris_and_idle_connections(serving, sockets):
     t = threading.Thread(target=dribble, daemon=True)
     t.start()
     try:
+        # still sending every 50 ms: a per-read timeout would never fire, the 0.5 s head deadline does
         wait_until(lambda: closed_by_server(slow), timeout=5, interval=0, what="the slowloris to be cut")
-        assert time.monotonic() - t0 < 2.0
         wait_until(lambda: closed_by_server(silent), timeout=5, interval=0, what="the silent one to be cut")
     finally:
         stop.set()
@@ -219,8 +218,8 @@ def test_head_deadline_cuts_slowloris_and_idle_connections(serving, sockets):
     # a keep-alive connection may idle between scrapes longer than a head may take
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     assert get(port, "/healthz", conn=conn)[0] == 200
-    t_idle = time.monotonic()
-    wait_until(lambda: time.monotonic() - t_idle > 0.7, timeout=5, what="past the head deadline")
+    later = connect(port, sockets)
+    wait_until(lambda: closed_by_server(later), timeout=5, interval=0, what="a head deadline to pass")
     assert get(port, "/healthz", conn=conn)[0] == 200            # same connection, reused
     wait_until(lambda: server.connection_count() == 0, timeout=5, what="the idle keep-alive connection to close")
     conn.close()
