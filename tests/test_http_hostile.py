@@ -328,9 +328,10 @@ def basic(user, password):
 
 @pytest.fixture(scope="module")
 def hashes():
-    """Cost 12, bcrypt's usual, ~0.25 s a check here: the figures below compare against it."""
+    """Cost 11 (~0.15 s a check here; 12, the usual, doubles the test's time): a remembered scrape takes ~3 ms,
+    so the 20x asked of it keeps a margin of about 5x on a loaded machine too."""
     bcrypt = pytest.importorskip("bcrypt")
-    return {f"prom{i}": bcrypt.hashpw(f"pw{i}".encode(), bcrypt.gensalt(rounds=12)).decode() for i in range(5)}
+    return {f"prom{i}": bcrypt.hashpw(f"pw{i}".encode(), bcrypt.gensalt(rounds=11)).decode() for i in range(5)}
 
 
 def timed(port, path, headers):
@@ -367,10 +368,14 @@ def test_auth_remembers_good_credentials_and_hides_user_names(serving, hashes):
     assert statistics.median(first) >= 20 * statistics.median(second), (first, second)
 
     # a remembered user with a wrong password still fails, and does not evict the good entry
-    assert get(port, "/metrics", basic("prom0", "pw1"))[0] == 401
     assert get(port, "/metrics", basic("prom0", "pw0:x"))[0] == 401
-    status, t = timed(port, "/metrics", basic("prom0", "pw0"))
-    assert status == 200 and t < statistics.median(first) / 5
+    after_wrong = []
+    for i in range(5):
+        assert get(port, "/metrics", basic(f"prom{i}", "pw9"))[0] == 401
+        status, t = timed(port, "/metrics", basic(f"prom{i}", f"pw{i}"))
+        assert status == 200
+        after_wrong.append(t)
+    assert statistics.median(after_wrong) < statistics.median(first) / 5, (first, after_wrong)
 
     unknown, wrong = [], []
     for i in range(7):
