@@ -67,7 +67,6 @@ class Request:
     path: str              # the target's path, without query string
     version: str           # "HTTP/1.1" or "HTTP/1.0"
     headers: dict          # lower-cased name -> value (names that may not repeat are checked)
-    client: tuple
 
 
 @dataclass
@@ -92,11 +91,10 @@ _LINGER_SECONDS = 2.0
 
 
 class _Conn:
-    __slots__ = ("sock", "addr", "state", "buf", "out", "deadline", "served", "close_after", "events", "idle")
+    __slots__ = ("sock", "state", "buf", "out", "deadline", "served", "close_after", "events", "idle")
 
-    def __init__(self, sock, addr, state, deadline):
+    def __init__(self, sock, state, deadline):
         self.sock = sock
-        self.addr = addr
         self.state = state
         self.buf = bytearray()
         self.out = memoryview(b"")
@@ -265,7 +263,7 @@ class Listener:
         now = self.clock()
         for _ in range(64):      # a batch, then back to the loop: a connect flood must not starve the rest
             try:
-                sock, addr = self.socket.accept()
+                sock, _ = self.socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -293,7 +291,7 @@ class Listener:
                     sock.close()
                     continue
                 state = _HANDSHAKE
-            conn = _Conn(sock, addr, state, self._deadline(now + self.limits.head_timeout))
+            conn = _Conn(sock, state, self._deadline(now + self.limits.head_timeout))
             self._conns[sock.fileno()] = conn
             self._waiting[sock.fileno()] = None
             self._watch(conn, selectors.EVENT_READ)
@@ -411,7 +409,7 @@ class Listener:
             return
         head = bytes(conn.buf[:m.start()])
         del conn.buf[:m.end()]
-        request, error = self._parse_head(head, conn.addr)
+        request, error = self._parse_head(head)
         if error is not None:
             self._fail(conn, error)
             return
@@ -426,7 +424,7 @@ class Listener:
             busy = Response(HTTPStatus.SERVICE_UNAVAILABLE, b"busy\n", headers={"Retry-After": "1"})
             self._start_write(conn, _serialize(request, busy, True), True)
 
-    def _parse_head(self, head: bytes, client) -> tuple[Request | None, int | None]:
+    def _parse_head(self, head: bytes) -> tuple[Request | None, int | None]:
         lines = head.split(b"\n")
         parts = lines[0].rstrip(b"\r").split(b" ")
         if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
@@ -458,7 +456,7 @@ class Listener:
             path = urlsplit(target).path or "/"
         else:
             path = ""           # "*" or garbage: no route matches, the handler answers 404
-        return Request(method, target, path, version, headers, client), None
+        return Request(method, target, path, version, headers), None
 
     def _fail(self, conn: _Conn, status: int) -> None:
         """Answer a request the I/O thread refuses by itself, then close."""

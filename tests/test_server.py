@@ -216,3 +216,12 @@ def test_basic_auth(tmp_path, logfile, cert):
         assert get(s.base + "/metrics", context=ctx, headers=auth("prom", "s3cret"))[0] == 200
     finally:
         s.stop()
+
+
+def test_web_config_takes_htpasswd_hashes(tmp_path):
+    bcrypt = pytest.importorskip("bcrypt")
+    from exporter.server import load_web_config
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    web = tmp_path / "web.yaml"
+    web.write_text(f"basic_auth_users:\n  a: '{hashed}'\n  b: '{hashed.replace('$2b$', '$2y$', 1)}'\n")
+    assert set(load_web_config(str(web))["users"]) == {"a", "b"}
