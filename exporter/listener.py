@@ -24,7 +24,10 @@ which hands back a `Response` (from any thread, via `reply`) for the I/O thread 
 - size: a request head over `max_head_bytes` answers 431 (414 when the request line alone is that long), more
   than `max_headers` header lines 431; only GET-style requests without a body are expected, so a request that
   announces a body is answered and the connection closed without reading it;
-- work: at most `queue_size` requests wait for a worker; beyond that the I/O thread answers 503 itself.
+- work: at most `queue_size` requests wait for a worker; beyond that the I/O thread answers 503 itself. A
+  connection has at most one request in the queue, so by default (queue_size = max_connections) every open
+  connection's request is answered in turn: a burst of 500 requests at once is 500 answers, not 436 errors.
+  A smaller queue sheds load with 503 instead.
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ class Limits:
     max_connections: int = 1024
     max_requests_per_connection: int = 1000
     workers: int = 4
-    queue_size: int = 64
+    queue_size: int = 1024
     backlog: int = 1024
 
 
