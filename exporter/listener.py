@@ -14,8 +14,9 @@ which hands back a `Response` (from any thread, via `reply`) for the I/O thread 
 
 - threads: 1 I/O thread + `Limits.workers`, whatever the clients do;
 - connections: `Limits.max_connections`; at the limit (or when the process is out of file descriptors) the
-  connection that has waited longest for its request head is closed to make room, so a flood of idle
-  connections cannot lock a scraper out;
+  connection that has waited longest for its first request head is closed to make room (a keep-alive
+  connection between requests only when there is no such one), so a flood of idle connections cannot lock a
+  scraper out;
 - time: a new connection has `head_timeout` from accept to finish its TLS handshake and request head (a
   slowloris sending a byte a second is cut there, not after every byte); a keep-alive connection may idle
   `idle_timeout` before its next request; a response that makes no write progress for `write_timeout` ends
@@ -23,7 +24,10 @@ which hands back a `Response` (from any thread, via `reply`) for the I/O thread 
 - size: a request head over `max_head_bytes` answers 431 (414 when the request line alone is that long), more
   than `max_headers` header lines 431; only GET-style requests without a body are expected, so a request that
   announces a body is answered and the connection closed without reading it;
-- work: at most `queue_size` requests wait for a worker; beyond that the I/O thread answers 503 itself.
+- work: at most `queue_size` requests wait for a worker; beyond that the I/O thread answers 503 itself. A
+  connection has at most one request in the queue, so by default (queue_size = max_connections) every open
+  connection's request is answered in turn: a burst of 500 requests at once is 500 answers, not 436 errors.
+  A smaller queue sheds load with 503 instead.
 """
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ class Limits:
     max_connections: int = 1024
     max_requests_per_connection: int = 1000
     workers: int = 4
-    queue_size: int = 64
+    queue_size: int = 1024
     backlog: int = 1024
 
 
@@ -66,7 +70,6 @@ class Request:
     path: str              # the target's path, without query string
     version: str           # "HTTP/1.1" or "HTTP/1.0"
     headers: dict          # lower-cased name -> value (names that may not repeat are checked)
-    client: tuple
 
 
 @dataclass
@@ -91,11 +94,10 @@ _LINGER_SECONDS = 2.0
 
 
 class _Conn:
-    __slots__ = ("sock", "addr", "state", "buf", "out", "deadline", "served", "close_after", "events", "idle")
+    __slots__ = ("sock", "state", "buf", "out", "deadline", "served", "close_after", "events", "idle")
 
-    def __init__(self, sock, addr, state, deadline):
+    def __init__(self, sock, state, deadline):
         self.sock = sock
-        self.addr = addr
         self.state = state
         self.buf = bytearray()
         self.out = memoryview(b"")
@@ -131,11 +133,13 @@ class Listener:
     The method names match socketserver's, so callers stop it the way they stopped http.server."""
 
     def __init__(self, address: tuple, handler: Handler, limits: Limits | None = None,
-                 ssl_context: ssl.SSLContext | None = None, clock=time.monotonic):
+                 ssl_context: ssl.SSLContext | None = None, clock=time.monotonic,
+                 on_close: Callable[[], None] | None = None):
         self.limits = limits or Limits()
         self.handler = handler
         self.ssl_context = ssl_context
         self.clock = clock
+        self.on_close = on_close     # stops what the handler started (server_close calls it last)
         host, port = address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.create_server((host, port), family=family, backlog=self.limits.backlog)
@@ -182,7 +186,11 @@ class Listener:
                     else:
                         conn = self._conns.get(key.fd)
                         if conn is not None:
-                            self._step(conn)
+                            try:
+                                self._step(conn)
+                            except Exception:  # noqa: BLE001 - a bug met by one connection must not stop the loop
+                                traceback.print_exc(file=sys.stderr)
+                                self._close(conn)
                 self._take_replies()
                 if self._next_sweep is not None and self.clock() >= self._next_sweep:
                     self._sweep()
@@ -208,6 +216,8 @@ class Listener:
         self._stopped.wait(10)
         for conn in list(self._conns.values()):
             self._close(conn)
+        while not self._jobs.empty():       # their connections are closed: room for the workers' stop marks
+            self._jobs.get_nowait()
         for _ in self._workers:
             self._jobs.put(None)
         for t in self._workers:
@@ -216,6 +226,8 @@ class Listener:
         self._wake_r.close()
         self._wake_w.close()
         self._selector.close()
+        if self.on_close is not None:
+            self.on_close()
 
     def connection_count(self) -> int:
         return len(self._conns)
@@ -254,7 +266,7 @@ class Listener:
         now = self.clock()
         for _ in range(64):      # a batch, then back to the loop: a connect flood must not starve the rest
             try:
-                sock, addr = self.socket.accept()
+                sock, _ = self.socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -282,18 +294,24 @@ class Listener:
                     sock.close()
                     continue
                 state = _HANDSHAKE
-            conn = _Conn(sock, addr, state, self._deadline(now + self.limits.head_timeout))
+            conn = _Conn(sock, state, self._deadline(now + self.limits.head_timeout))
             self._conns[sock.fileno()] = conn
             self._waiting[sock.fileno()] = None
             self._watch(conn, selectors.EVENT_READ)
 
     def _evict(self) -> bool:
-        """Close the connection that has waited longest for a request head; False when there is none."""
+        """Make room: close the connection that has waited longest without ever completing a request (or one
+        being closed anyway); only when there is none, the longest-idle keep-alive connection. A scraper that
+        keeps its connection alive has proven itself; a flood of new connections has not. False: nothing to
+        close (every connection has a request in progress)."""
         for fd in self._waiting:
-            conn = self._conns.get(fd)
-            if conn is not None:
+            conn = self._conns[fd]
+            if conn.served == 0 or conn.state == _LINGER:
                 self._close(conn)
                 return True
+        for fd in self._waiting:
+            self._close(self._conns[fd])
+            return True
         return False
 
     def _close(self, conn: _Conn) -> None:
@@ -324,7 +342,8 @@ class Listener:
                 self._close(conn)
             elif nearest is None or conn.deadline < nearest:
                 nearest = conn.deadline
-        self._next_sweep = nearest
+        # deadlines closer than 50 ms apart share a sweep: a sweep walks every connection
+        self._next_sweep = None if nearest is None else max(nearest, now + 0.05)
 
     def _step(self, conn: _Conn) -> None:
         if conn.state == _HANDSHAKE:
@@ -393,7 +412,7 @@ class Listener:
             return
         head = bytes(conn.buf[:m.start()])
         del conn.buf[:m.end()]
-        request, error = self._parse_head(head, conn.addr)
+        request, error = self._parse_head(head)
         if error is not None:
             self._fail(conn, error)
             return
@@ -408,7 +427,7 @@ class Listener:
             busy = Response(HTTPStatus.SERVICE_UNAVAILABLE, b"busy\n", headers={"Retry-After": "1"})
             self._start_write(conn, _serialize(request, busy, True), True)
 
-    def _parse_head(self, head: bytes, client) -> tuple[Request | None, int | None]:
+    def _parse_head(self, head: bytes) -> tuple[Request | None, int | None]:
         lines = head.split(b"\n")
         parts = lines[0].rstrip(b"\r").split(b" ")
         if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
@@ -440,7 +459,7 @@ class Listener:
             path = urlsplit(target).path or "/"
         else:
             path = ""           # "*" or garbage: no route matches, the handler answers 404
-        return Request(method, target, path, version, headers, client), None
+        return Request(method, target, path, version, headers), None
 
     def _fail(self, conn: _Conn, status: int) -> None:
         """Answer a request the I/O thread refuses by itself, then close."""

@@ -68,7 +68,7 @@ def load_web_config(path: str | None) -> dict:
     for user, hashed in users.items():
         if ":" in str(user) or not _BCRYPT.fullmatch(str(hashed)):
             raise ConfigError(f"{path}: basic_auth_users: {user}: " + ("a user name cannot contain ':'"
-                              if ":" in str(user) else "not a bcrypt hash (make one with htpasswd -nBC 10 '')"))
+                              if ":" in str(user) else "not a bcrypt hash (make one with: htpasswd -nBC 12 USER)"))
     if users:
         try:
             import bcrypt  # noqa: F401 - optional dependency, only for basic auth
@@ -106,8 +106,19 @@ class BasicAuth:
         cost = max(_bcrypt_cost(h) for h in self._users.values())
         self._dummy = bcrypt.hashpw(os.urandom(16), bcrypt.gensalt(rounds=cost))
         self._jobs: queue.Queue = queue.Queue(maxsize=queue_size)
-        for i in range(verifiers):
-            threading.Thread(target=self._verify_loop, name=f"http-auth-{i}", daemon=True).start()
+        self._threads = [threading.Thread(target=self._verify_loop, name=f"http-auth-{i}", daemon=True)
+                         for i in range(verifiers)]
+        for t in self._threads:
+            t.start()
+
+    def close(self) -> None:
+        """Stop the verifier threads (after the listener stopped: nothing queues attempts any more)."""
+        while not self._jobs.empty():        # their connections are closed: nobody waits for the verdicts
+            self._jobs.get_nowait()
+        for _ in self._threads:
+            self._jobs.put(None)
+        for t in self._threads:
+            t.join(5)
 
     def check(self, header: str | None, then) -> None:
         """Call `then(OK | DENIED | BUSY)` once, now (remembered, malformed or busy) or from a verifier thread."""
@@ -128,7 +139,10 @@ class BasicAuth:
 
     def _verify_loop(self) -> None:
         while True:
-            user, password, mac, then = self._jobs.get()
+            job = self._jobs.get()
+            if job is None:
+                return
+            user, password, mac, then = job
             hashed = self._users.get(user)
             try:
                 ok = self._bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
@@ -255,7 +269,8 @@ def make_server(sidecar, host: str, port: int, web: dict | None = None, limits: 
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(tls["cert_file"], tls["key_file"])
     _raise_fd_limit()
-    server = Listener((host, port), app.handle, limits=limits, ssl_context=ctx)
+    server = Listener((host, port), app.handle, limits=limits, ssl_context=ctx,
+                      on_close=app.auth.close if app.auth is not None else None)
     server.app = app
     return server
 

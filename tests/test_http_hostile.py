@@ -57,7 +57,9 @@ class Serving:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
-        assert not self.thread.is_alive()
+        auth = self.server.app.auth
+        threads = [self.thread, *self.server._workers, *(auth._threads if auth else [])]
+        assert not [t.name for t in threads if t.is_alive()]
 
 
 @pytest.fixture
@@ -166,6 +168,7 @@ def test_scrapes_answered_under_500_idle_and_50_slowloris(serving, sockets, many
     def scraper(keep_alive: bool):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10) if keep_alive else None
         for _ in range(12):
+            stop.wait(0.05)        # a scrape interval, compressed: the slowloris bytes arrive in between
             t0 = time.perf_counter()
             status, _, body = get(port, "/metrics", {"Accept": "text/plain;version=0.0.4"}, conn=conn)
             with lock:
@@ -187,15 +190,23 @@ def test_scrapes_answered_under_500_idle_and_50_slowloris(serving, sockets, many
         dribbler.join(5)
     assert statuses == [(200, True)] * 48
     assert max(latencies) < 2.0, sorted(latencies)[-5:]
-    assert all(not closed_by_server(s) for s in idle[:20])
+    # and the 500 held connections were really held: each one's late request is answered
+    for s in idle:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    answers = []
+    for s in idle:
+        reply = b""
+        while b"\r\n\r\nok\n" not in reply and (chunk := s.recv(4096)):
+            reply += chunk
+        answers.append(reply.split(b"\r\n", 1)[0])
+    assert answers == [b"HTTP/1.1 200 OK"] * 500
 
 
 def test_head_deadline_cuts_slowloris_and_idle_connections(serving, sockets):
-    server = serving(limits=Limits(head_timeout=0.5, idle_timeout=1.0)).server
+    server = serving(limits=Limits(head_timeout=0.5, idle_timeout=2.0)).server
     port = server.server_address[1]
     silent = connect(port, sockets)
     slow = connect(port, sockets)
-    t0 = time.monotonic()
     stop = threading.Event()
 
     def dribble():      # keeps sending, so only a deadline for the whole head can cut it
@@ -208,8 +219,8 @@ def test_head_deadline_cuts_slowloris_and_idle_connections(serving, sockets):
     t = threading.Thread(target=dribble, daemon=True)
     t.start()
     try:
+        # still sending every 50 ms: a per-read timeout would never fire, the 0.5 s head deadline does
         wait_until(lambda: closed_by_server(slow), timeout=5, interval=0, what="the slowloris to be cut")
-        assert time.monotonic() - t0 < 2.0
         wait_until(lambda: closed_by_server(silent), timeout=5, interval=0, what="the silent one to be cut")
     finally:
         stop.set()
@@ -217,21 +228,27 @@ def test_head_deadline_cuts_slowloris_and_idle_connections(serving, sockets):
     # a keep-alive connection may idle between scrapes longer than a head may take
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     assert get(port, "/healthz", conn=conn)[0] == 200
-    t_idle = time.monotonic()
-    wait_until(lambda: time.monotonic() - t_idle > 0.7, timeout=5, what="past the head deadline")
+    later = connect(port, sockets)
+    wait_until(lambda: closed_by_server(later), timeout=5, interval=0, what="a head deadline to pass")
     assert get(port, "/healthz", conn=conn)[0] == 200            # same connection, reused
     wait_until(lambda: server.connection_count() == 0, timeout=5, what="the idle keep-alive connection to close")
     conn.close()
 
 
-def test_connection_table_full_closes_the_longest_waiting(serving, sockets):
+def test_connection_table_full_closes_the_longest_waiting_new_connection(serving, sockets):
     server = serving(limits=Limits(max_connections=10)).server
     port = server.server_address[1]
-    idle = [connect(port, sockets) for _ in range(10)]
+    scraper = http.client.HTTPConnection("127.0.0.1", port, timeout=5)      # kept alive, oldest of all
+    assert get(port, "/healthz", conn=scraper)[0] == 200
+    idle = [connect(port, sockets) for _ in range(9)]
     wait_until(lambda: server.connection_count() == 10, timeout=5, what="10 connections")
-    assert get(port, "/healthz")[0] == 200
+    assert get(port, "/healthz")[0] == 200                  # an 11th connection is served...
     wait_until(lambda: closed_by_server(idle[0]), timeout=5, interval=0, what="the oldest idle one to be closed")
-    assert not closed_by_server(idle[-1])
+    assert not closed_by_server(idle[-1])                   # ...in place of the oldest that never asked anything
+    assert get(port, "/healthz", conn=scraper)[0] == 200    # the proven keep-alive scraper kept its connection
+    for s in idle[1:]:
+        s.close()
+    scraper.close()
 
 
 def test_full_work_queue_answers_503_at_once(sockets):
@@ -321,9 +338,10 @@ def basic(user, password):
 
 @pytest.fixture(scope="module")
 def hashes():
-    """Cost 12, bcrypt's usual, ~0.25 s a check here: the figures below compare against it."""
+    """Cost 11 (~0.15 s a check here; 12, the usual, doubles the test's time): a remembered scrape takes ~3 ms,
+    so the 20x asked of it keeps a margin of about 5x on a loaded machine too."""
     bcrypt = pytest.importorskip("bcrypt")
-    return {f"prom{i}": bcrypt.hashpw(f"pw{i}".encode(), bcrypt.gensalt(rounds=12)).decode() for i in range(5)}
+    return {f"prom{i}": bcrypt.hashpw(f"pw{i}".encode(), bcrypt.gensalt(rounds=11)).decode() for i in range(5)}
 
 
 def timed(port, path, headers):
@@ -360,10 +378,14 @@ def test_auth_remembers_good_credentials_and_hides_user_names(serving, hashes):
     assert statistics.median(first) >= 20 * statistics.median(second), (first, second)
 
     # a remembered user with a wrong password still fails, and does not evict the good entry
-    assert get(port, "/metrics", basic("prom0", "pw1"))[0] == 401
     assert get(port, "/metrics", basic("prom0", "pw0:x"))[0] == 401
-    status, t = timed(port, "/metrics", basic("prom0", "pw0"))
-    assert status == 200 and t < statistics.median(first) / 5
+    after_wrong = []
+    for i in range(5):
+        assert get(port, "/metrics", basic(f"prom{i}", "pw9"))[0] == 401
+        status, t = timed(port, "/metrics", basic(f"prom{i}", f"pw{i}"))
+        assert status == 200
+        after_wrong.append(t)
+    assert statistics.median(after_wrong) < statistics.median(first) / 5, (first, after_wrong)
 
     unknown, wrong = [], []
     for i in range(7):
@@ -386,7 +408,10 @@ def test_failing_attempts_do_not_starve_remembered_scrapes(serving, hashes):
 
     def attacker():
         while not stop.is_set():
-            answers.append(get(port, "/metrics", basic("prom0", "guess"))[0])
+            try:
+                answers.append(get(port, "/metrics", basic("prom0", "guess"))[0])
+            except TimeoutError:     # queued behind the other guesses on a loaded machine: keep guessing
+                pass
     attackers = [threading.Thread(target=attacker, daemon=True) for _ in range(16)]
     for t in attackers:
         t.start()

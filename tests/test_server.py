@@ -145,6 +145,11 @@ def test_bad_values_exit_2(tmp_path, logfile):
     webcfg.write_text("tls_server_config: {cert_file: a}\n")
     proc = run("--log-file", logfile, "--web-config", str(webcfg))
     assert proc.returncode == 2 and "key_file" in proc.stderr
+    for users, needle in (("{prom: plaintext}", "prom: not a bcrypt hash"), ("[prom]", "must map"),
+                          ("{'a:b': '$2b$04$" + "a" * 53 + "'}", "a:b: a user name cannot contain ':'")):
+        webcfg.write_text(f"basic_auth_users: {users}\n")
+        proc = run("--log-file", logfile, "--web-config", str(webcfg))
+        assert proc.returncode == 2 and f"{webcfg}: basic_auth_users: {needle}" in proc.stderr, proc.stderr
 
 
 def test_port_in_use_is_runtime_failure(served, logfile):
@@ -169,7 +174,7 @@ def cert(tmp_path):
 def _serve_web(tmp_path, logfile, web_yaml):
     web = tmp_path / "web.yaml"
     web.write_text(web_yaml)
-    return Served(["--log-file", logfile, "--web-config", str(web)], scheme="https" if "tls" in web_yaml
+    return Served(["--log-file", logfile, "--from-start", "--web-config", str(web)], scheme="https" if "tls" in web_yaml
                   else "http")
 
 
@@ -200,8 +205,10 @@ def test_basic_auth(tmp_path, logfile, cert):
 
         def auth(user, pw):
             return {"Authorization": "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()}
-        wait_until(lambda: get(s.base + "/healthz", context=ctx, headers=auth("prom", "s3cret"))[0] == 200,
-                   timeout=20, what="auth server")
+        # kubelet probes send no credentials
+        wait_until(lambda: get(s.base + "/readyz", context=ctx)[::2] == (200, "ready\n"), timeout=20,
+                   what="auth server to be ready")
+        assert get(s.base + "/healthz", context=ctx)[::2] == (200, "ok\n")
         status, headers, _ = get(s.base + "/metrics", context=ctx)
         assert status == 401 and "Basic" in headers["WWW-Authenticate"]
         assert get(s.base + "/metrics", context=ctx, headers=auth("prom", "wrong"))[0] == 401
@@ -209,3 +216,12 @@ def test_basic_auth(tmp_path, logfile, cert):
         assert get(s.base + "/metrics", context=ctx, headers=auth("prom", "s3cret"))[0] == 200
     finally:
         s.stop()
+
+
+def test_web_config_takes_htpasswd_hashes(tmp_path):
+    bcrypt = pytest.importorskip("bcrypt")
+    from exporter.server import load_web_config
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    web = tmp_path / "web.yaml"
+    web.write_text(f"basic_auth_users:\n  a: '{hashed}'\n  b: '{hashed.replace('$2b$', '$2y$', 1)}'\n")
+    assert set(load_web_config(str(web))["users"]) == {"a", "b"}
