@@ -18,6 +18,8 @@ from exporter.ingest.pipeline import Sources as LogSources
 from exporter.scrape import metrics_url, scrape
 
 SGLANG_SOURCE = "sglang_metrics"
+LOG_POLL_BUDGET = 1 << 20     # bytes per file per poll
+LOG_READ_CHUNK = 1 << 16      # bytes per read()
 
 
 @dataclass
@@ -53,8 +55,11 @@ class Sidecar:
         self.lock = threading.Lock()
         self.engine = Engine(config, log_fed=bool(config.log_files))
         self.log_sources = LogSources()
+        # a backlog (a burst appended at once) is read LOG_POLL_BUDGET bytes per file per poll, the next poll
+        # right away: what one poll reads is held as text until parsed, so this bounds memory (bench/README.md)
         self.follower = Follower(list(config.log_files), from_start=config.from_start,
-                                 max_line_bytes=config.max_line_bytes) if config.log_files else None
+                                 max_line_bytes=config.max_line_bytes, poll_budget=LOG_POLL_BUDGET,
+                                 read_chunk=LOG_READ_CHUNK) if config.log_files else None
         self.last_scrape: dict | None = {"success": False, "duration": 0.0, "error": "not scraped yet"} \
             if config.sglang_url else None
         self.stop = threading.Event()
