@@ -498,6 +498,8 @@ METRICS: tuple[MetricSpec, ...] = (
                ("source",)),
     MetricSpec(f"{NS}_scrape_duration_seconds", "gauge", "Duration of the last scrape of SGLang's /metrics.",
                ("source",)),
+    MetricSpec(f"{NS}_exposition_errors_total", "counter", "Metric families left out of this /metrics "
+               "because building them failed (the rest are served), by family.", ("family",)),
 )
 
 METRICS_BY_NAME = {m.name: m for m in METRICS}
