@@ -104,6 +104,12 @@ def request_phase(msg: str) -> str | None:
     return None
 
 
+def request_marked(text: str) -> bool:
+    """A request-log marker anywhere in the line (_REQUEST_MARK; substring tests first: they are much cheaper
+    than the regex's scan, and most lines have none of them)."""
+    return ("obj=" in text or "in=" in text or "request." in text) and _REQUEST_MARK.search(text) is not None
+
+
 def _unquoted(text: str, end: int) -> bool:
     """No quote character before `end`: what is there is not inside quoted text (a repr'd prompt, a JSON
     string, a path in an access line), so it may be taken for a message of SGLang's own."""
@@ -930,7 +936,7 @@ class Parser:
             if p.lines <= _MAX_RECORD_LINES:
                 self._continue(p, text, lineno)
             return
-        if self._in_request or _REQUEST_MARK.search(text):
+        if self._in_request or request_marked(text):
             # a line of request text (a prompt printed with its newlines by early 0.4.x), or a request log
             # without SGLang's prefix (0.5.7's JSON, another log format): never an event, nor are the bare
             # lines after it until the next SGLang record
@@ -1135,7 +1141,7 @@ def _wrapping(text: str, m) -> bool:
     start = m.start()
     if not _unquoted(text, start):
         return False
-    return _REQUEST_MARK.search(text) is None or request_phase(text[m.end():m.end() + 4000]) is not None
+    return not request_marked(text) or request_phase(text[m.end():m.end() + 4000]) is not None
 _MULTILINE = frozenset({"scheduler_exception", "oom"})
 
 
