@@ -22,6 +22,7 @@ from exporter.catalog import METRICS, NS, SIGNALS_BY_ID
 from exporter.config import Config
 from exporter.engine import SignalHistory, Snapshot
 from exporter.expose import SidecarCollector, families
+from exporter.ingest.events import as_event
 from exporter.ingest.grammar import Parser
 from exporter.sidecar import Sidecar, View
 from exporter.signals import Judgement
@@ -199,6 +200,23 @@ def test_block_path_checks_the_leading_digit_a_skeleton_cannot_see():
     for n, line in enumerate(lines, 1):
         generic.feed(line, n)
     assert fast.unparsed == generic.unparsed == Counter({"value_out_of_range": 2})
+
+
+def test_block_path_checks_every_limited_digit_of_a_line():
+    """A hybrid model's line has two pool usages (and a percent): each one's leading digit is looked at."""
+    def line(full, swa, hit):
+        return (P + f"Prefill batch, #new-seq: 1, #new-token: 5, #cached-token: 0, cache hit rate: {hit}%, "
+                f"full token usage: {full}, swa token usage: {swa}, #running-req: 5, #queue-req: 3")
+    lines = [line("0.50", "0.50", "150.00"), line("0.50", "0.50", "150.00"), line("0.50", "7.50", "150.00"),
+             line("7.50", "0.50", "150.00"), line("0.50", "0.50", "250.00"), line("1.50", "1.50", "199.99")]
+    fast, generic = Parser("f"), Parser("g")
+    generic.learning = False
+    items = fast.feed_items(lines[:1], 1) + fast.feed_items(lines[1:], 2)     # learned, then rows
+    for n, text in enumerate(lines, 1):
+        generic.feed(text, n)
+    assert [as_event(i).line for i in items] == [1, 2, 6]
+    assert [i.__class__ for i in items[1:]] == [tuple, tuple]
+    assert fast.unparsed == generic.unparsed == Counter({"value_out_of_range": 3})
 
 
 def test_counters_only_grow_whatever_the_event():

@@ -402,7 +402,8 @@ class _Layout:
     `value_exprs`, each group read at its constant offsets (see _layout_values): the same expressions, so the
     same values and types, and the parser never pays for it. (Not a __getattr__ filling the unset slot: a class
     with one loses CPython's fast attribute reads, and the parser reads a layout's slots on every line.)"""
-    __slots__ = ("shape", "kind", "source", "groups", "dt", "frac", "rank", "spans", "values", "check")
+    __slots__ = ("shape", "kind", "source", "groups", "dt", "frac", "rank", "spans", "values", "check_at",
+                 "check_max", "check_more")
     batch = True                # its rows are batch lines (the engine reads their numbers)
 
     def __init__(self, shape: _Shape, m):
@@ -412,14 +413,17 @@ class _Layout:
         self.dt, self.frac, self.rank = spans[0], spans[1] if shape.has_frac else None, spans[shape.rk]
         self.values = self._first_values    # a cycle until the first call replaces it (gc frees unused ones)
         # The skeleton fixes each number's digit count, not its digits: a range that is not 0 <= n < 10**k
-        # (a ratio below 2) needs its leading digit looked at when the whole part has the limit's width.
-        # `check(text)`: the line's numbers are in range (None: nothing to look at for this skeleton).
+        # (a ratio below 2) needs its leading digit looked at when the whole part has the limit's width. A
+        # line of this layout is in range when text[check_at] <= check_max (check_at -1: nothing to look at)
+        # and check_more(text), when there is more than one such digit (hybrid pools, PD decode lines): the
+        # first comparison inline in feed_items, as most lines have one (token usage), a call for the others.
         starts = []
         for k, (width, c) in shape.limits.items():
             whole = m.string[spans[k]].split(".", 1)[0]
             if len(whole) == width:
                 starts.append((spans[k].start, c))
-        self.check = _layout_check(tuple(starts)) if starts else None
+        self.check_at, self.check_max = starts[0] if starts else (-1, "")
+        self.check_more = _layout_check(tuple(starts[1:])) if len(starts) > 1 else None
 
     def _first_values(self, text: str) -> tuple:
         """The layout's `values` until its first call: generates the layout's own, which replaces this."""
@@ -505,7 +509,7 @@ class _EventLayout:
     path, which starts with a source's first learned batch shape."""
     __slots__ = ("shape", "kind", "source", "dt", "frac", "rank", "msg", "phase", "groups")
     batch = False
-    check = None                # (as _Layout's: nothing to look at)
+    check_at = -1               # (as _Layout's: nothing to look at)
 
     def __init__(self, tally: _Tally, source: str, m, a: int, access=None):
         self.shape, self.kind, self.source = tally, tally.kind, source
@@ -699,7 +703,9 @@ class Parser:
                         pass
                     else:
                         layout = layouts.get(skeleton)
-                        if layout is not None and layout.check is not None and not layout.check(text):
+                        if layout is not None and layout.check_at >= 0 and (
+                                text[layout.check_at] > layout.check_max
+                                or layout.check_more is not None and not layout.check_more(text)):
                             layout = None       # a number out of its range: the generic path counts the line
                 if layout is None and heads and "\x00" not in text:
                     layout = heads.get(_head_key(text))
