@@ -512,6 +512,14 @@ def detail_panels() -> list:
               bad="seconds: SGLang's HTTP process is overloaded (its /metrics shares the API port).",
               targets=[Target(f"max by ({BY}, source) ({NS}_scrape_duration_seconds{{{SEL}}})",
                               "{{instance}} {{source}}")]),
+        Panel("Families left out of the sidecar's /metrics", "timeseries", "short", min=0,
+              shows="Metric families the sidecar left out of its own /metrics because a value in them could not "
+                    "be exposed (the rest were served), per rate interval, by family.",
+              good="zero.",
+              bad="non-zero: that family's panels go blank; file an issue with the family name and the sidecar's "
+                  "log around that time.",
+              targets=[Target(f"sum by ({BY}, family) (increase({NS}_exposition_errors_total{{{SEL}}}"
+                              f"[$__rate_interval]))", "{{instance}} {{family}}")]),
         Panel("Exporter build", "table", "none", w=24, h=5,
               shows="sglang-exporter version and Python of each sidecar.",
               good="the same version everywhere.",
