@@ -518,8 +518,10 @@ def detail_panels() -> list:
               good="zero.",
               bad="non-zero: that family's panels go blank; file an issue with the family name and the sidecar's "
                   "log around that time.",
+              # with no failure there is no series: `or` a zero per sidecar (its build_info), so zero shows
               targets=[Target(f"sum by ({BY}, family) (increase({NS}_exposition_errors_total{{{SEL}}}"
-                              f"[$__rate_interval]))", "{{instance}} {{family}}")]),
+                              f"[$__rate_interval]))\nor\nsum by ({BY}) (0 * {NS}_build_info{{{SEL}}})",
+                              "{{instance}} {{family}}")]),
         Panel("Exporter build", "table", "none", w=24, h=5,
               shows="sglang-exporter version and Python of each sidecar.",
               good="the same version everywhere.",
