@@ -324,3 +324,35 @@ def test_collector_serves_the_error_family_when_no_view_can_be_taken():
     generate_latest(reg)
     text = generate_latest(reg).decode()
     assert f'{NS}_exposition_errors_total{{family="view"}} 2.0' in text
+
+
+def test_threads_survive_hostile_lines(tmp_path):
+    """The running sidecar (follower, evaluation threads) reads the issue's lines and random bytes, evaluates
+    after them, and every thread is still alive."""
+    import random
+    import time
+
+    from helpers import wait_until
+    log = tmp_path / "sglang.log"
+    log.touch()
+    sc = Sidecar(Config(log_files=(str(log),), from_start=True, poll_interval=0.05, evaluate_interval=0.05))
+    sc.start()
+    try:
+        big = "9" * 400
+        lines = [P + f"KV cache pool is full. Retract requests. #retracted_reqs: {big}",
+                 P + f"max_total_num_tokens=1, max_prefill_tokens=1, max_running_requests={big}, context_len=1",
+                 P + f"Decode batch, #running-req: 5, #token: 1, token usage: 0.50, cuda graph: True, "
+                     f"gen throughput (token/s): 1.00, #queue-req: {big}"]
+        data = ("\n".join(lines) + "\n").encode() + random.Random(1).randbytes(1 << 20) + b"\n"
+        with open(log, "ab") as f:
+            f.write(data)
+        stats = sc.follower.stats
+        wait_until(lambda: sum(s.lines_read for s in stats.values()) >= data.count(b"\n"), timeout=30,
+                   what="the lines read")
+        read_at = time.time()
+        wait_until(lambda: sc.engine.last is not None and sc.engine.last.now > read_at, timeout=10,
+                   what="an evaluation after the lines")
+        assert all(t.is_alive() for t in sc.threads), [t.name for t in sc.threads if not t.is_alive()]
+        assert sc.view().unparsed["value_out_of_range"] == 3
+    finally:
+        sc.shutdown()
