@@ -35,7 +35,7 @@ class Config:
     scrape_timeout: float = 5.0
     scrape_max_bytes: int = 16 * 1024 * 1024
     scrape_stale_after: float | None = None   # seconds; None: 3 x scrape_interval (see stale_after)
-    max_line_bytes: int = 1 << 20
+    max_line_bytes: int = 1 << 18          # SGLang records we read are < 64 KiB (server_args); longer: request text
     poll_interval: float = 0.25
     evaluate_interval: float = 5.0
     web_config: str | None = None

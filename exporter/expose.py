@@ -6,6 +6,7 @@ not declare fails at import-time tests, so the two cannot drift.
 from __future__ import annotations
 
 import platform
+from collections import Counter
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -35,43 +36,85 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def families(view: View) -> list:
-    out = []
+def _value(v) -> float:
+    """A sample value: a finite float, or an error that drops its family (see families)."""
+    f = float(v)
+    if f - f != 0.0:
+        raise ValueError(f"not a finite value: {v!r}")
+    return f
+
+
+def _count(v) -> float:
+    f = _value(v)
+    if f < 0:
+        raise ValueError(f"a counter below zero: {v!r}")
+    return f
+
+
+def families(view: View, errors: Counter | None = None) -> list:
+    """Every family of our /metrics from one View. Each family is built on its own: one that fails (a value
+    that is not a finite number, a counter below zero, a type float() refuses) is left out and counted in
+    `errors` (family name -> failures), and the others are served: a scrape never fails because of a value."""
+    out: list = []
     snap = view.snapshot
 
-    firing, known, value, dur = (_family(f"{NS}_signal_firing"), _family(f"{NS}_signal_known"),
-                                 _family(f"{NS}_signal_value"), _family(f"{NS}_signal_state_duration_seconds"))
-    for sid, j in sorted(snap.judgements.items()):
-        known.add_metric([sid], 0.0 if j.firing is None else 1.0)
-        if j.firing is not None:
-            firing.add_metric([sid, SIGNALS_BY_ID[sid].severity], 1.0 if j.firing else 0.0)
-        if j.value is not None:
-            value.add_metric([sid], float(j.value))
-        h = snap.history.get(sid)
-        if h is not None and h.since is not None:
-            dur.add_metric([sid], max(0.0, snap.now - h.since))
-    out += [firing, known, value, dur]
-
-    advice = _family(f"{NS}_advice_info")
-    for r in snap.advice:
-        advice.add_metric([r.flag, r.action, _fmt(r.current), _fmt(r.suggested), ",".join(r.signals)], 1.0)
-    out.append(advice)
-
-    per_rank = {"queue_requests": 0, "running_requests": 1, "token_usage_ratio": 2,
-                "gen_throughput_tokens_per_second": 3, "cuda_graph_enabled": 4}
-    for suffix, idx in per_rank.items():
-        fam = _family(f"{NS}_{suffix}")
-        for key, vals in sorted(view.ranks.items(), key=lambda kv: str(kv[0])):
-            v = vals[idx]
-            if v is not None:
-                fam.add_metric(_rank_labels(key), float(v))
+    def build(name: str, fill) -> None:
+        fam = _family(name)
+        try:
+            fill(fam)
+            for sample in fam.samples:      # the text format is UTF-8: a lone surrogate (a path) cannot be sent
+                for v in sample.labels.values():
+                    v.encode("utf-8")
+        except Exception:  # noqa: BLE001 - whatever the value, only this family is lost
+            if errors is not None:
+                errors[name] += 1
+            return
         out.append(fam)
+
+    def firing(fam):
+        for sid, j in sorted(snap.judgements.items()):
+            if j.firing is not None:
+                fam.add_metric([sid, SIGNALS_BY_ID[sid].severity], 1.0 if j.firing else 0.0)
+
+    def known(fam):
+        for sid, j in sorted(snap.judgements.items()):
+            fam.add_metric([sid], 0.0 if j.firing is None else 1.0)
+
+    def value(fam):
+        for sid, j in sorted(snap.judgements.items()):
+            if j.value is not None:
+                fam.add_metric([sid], _value(j.value))
+
+    def duration(fam):
+        for sid in sorted(snap.judgements):
+            h = snap.history.get(sid)
+            if h is not None and h.since is not None:
+                fam.add_metric([sid], max(0.0, _value(snap.now - h.since)))
+
+    build(f"{NS}_signal_firing", firing)
+    build(f"{NS}_signal_known", known)
+    build(f"{NS}_signal_value", value)
+    build(f"{NS}_signal_state_duration_seconds", duration)
+
+    def advice(fam):
+        for r in snap.advice:
+            fam.add_metric([r.flag, r.action, _fmt(r.current), _fmt(r.suggested), ",".join(r.signals)], 1.0)
+    build(f"{NS}_advice_info", advice)
+
+    for suffix, idx in (("queue_requests", 0), ("running_requests", 1), ("token_usage_ratio", 2),
+                        ("gen_throughput_tokens_per_second", 3), ("cuda_graph_enabled", 4)):
+        def per_rank(fam, idx=idx):
+            for key, vals in sorted(view.ranks.items(), key=lambda kv: str(kv[0])):
+                v = vals[idx]
+                if v is not None:
+                    fam.add_metric(_rank_labels(key), _value(v))
+        build(f"{NS}_{suffix}", per_rank)
 
     def gauge(suffix: str, v):
-        fam = _family(f"{NS}_{suffix}")
-        if v is not None:
-            fam.add_metric([], float(v))
-        out.append(fam)
+        def fill(fam):
+            if v is not None:
+                fam.add_metric([], _value(v))
+        build(f"{NS}_{suffix}", fill)
 
     gauge("max_running_requests", view.max_running_requests)
     gauge("gpu_headroom_bytes", view.headroom_bytes)
@@ -81,65 +124,99 @@ def families(view: View) -> list:
                       ("retracted_requests_total", view.retracted_requests_total),
                       ("watchdog_timeouts_total", view.watchdog_total),
                       ("server_restarts_total", view.restarts)):
-        fam = _family(f"{NS}_{suffix}")
-        fam.add_metric([], float(v))
-        out.append(fam)
-    oom = _family(f"{NS}_oom_events_total")
-    for phase in _OOM_PHASES:
-        oom.add_metric([phase], float(view.oom_total.get(phase, 0)))
-    out.append(oom)
+        build(f"{NS}_{suffix}", lambda fam, v=v: fam.add_metric([], _count(v)))
 
-    info = _family(f"{NS}_sglang_info")
-    if view.format_family or view.model:
-        info.add_metric([view.format_family or "unknown", view.model], 1.0)
-    out.append(info)
-    build = _family(f"{NS}_build_info")
-    build.add_metric([view.version, platform.python_version()], 1.0)
-    out.append(build)
+    def oom(fam):
+        for phase in _OOM_PHASES:
+            fam.add_metric([phase], _count(view.oom_total.get(phase, 0)))
+    build(f"{NS}_oom_events_total", oom)
 
-    lines, rot, trunc, cut, up = (_family(f"{NS}_log_lines_read_total"), _family(f"{NS}_log_rotations_total"),
-                                  _family(f"{NS}_log_truncations_total"), _family(f"{NS}_log_lines_cut_total"),
-                                  _family(f"{NS}_source_up"))
-    stale = _family(f"{NS}_log_source_stale")
-    for path, s in sorted(view.log_sources.items()):
-        lines.add_metric([path], float(s["lines_read"]))
-        rot.add_metric([path], float(s["rotations"]))
-        trunc.add_metric([path], float(s["truncations"]))
-        cut.add_metric([path], float(s["lines_cut"]))
-        up.add_metric([path], 1.0 if s["up"] else 0.0)
-        stale.add_metric([path], 1.0 if s.get("stale") else 0.0)
-    unparsed = _family(f"{NS}_log_lines_unparsed_total")
-    for reason, n in sorted(view.unparsed.items()):
-        unparsed.add_metric([reason], float(n))
-    events = _family(f"{NS}_log_events_total")
-    for kind, n in sorted(view.events_total.items()):
-        events.add_metric([kind], float(n))
-    success, duration = _family(f"{NS}_scrape_success"), _family(f"{NS}_scrape_duration_seconds")
-    rejected = _family(f"{NS}_scrape_samples_rejected_total")
-    sc = view.scrape
-    if sc is not None:
-        up.add_metric([SGLANG_SOURCE], 1.0 if sc["up"] else 0.0)
-        # a stuck scraper's last result is not the last scrape's: it reads as a failure, never frozen at 1
-        success.add_metric([SGLANG_SOURCE], 1.0 if sc["success"] and not sc["stuck"] else 0.0)
-        duration.add_metric([SGLANG_SOURCE], float(sc["duration"]))
-        for reason in REJECT_REASONS:
-            rejected.add_metric([reason], float(sc["rejected"].get(reason, 0)))
-    out += [lines, rot, trunc, cut, up, stale, unparsed, events, success, duration, rejected]
-    errors = _family(f"{NS}_worker_errors_total")
-    for worker, n in sorted(view.worker_errors.items()):
-        errors.add_metric([worker], float(n))
-    out.append(errors)
+    def info(fam):
+        if view.format_family or view.model:
+            fam.add_metric([view.format_family or "unknown", view.model], 1.0)
+    build(f"{NS}_sglang_info", info)
+    build(f"{NS}_build_info", lambda fam: fam.add_metric([view.version, platform.python_version()], 1.0))
+
+    for suffix, key in (("log_lines_read_total", "lines_read"), ("log_rotations_total", "rotations"),
+                        ("log_truncations_total", "truncations"), ("log_lines_cut_total", "lines_cut")):
+        def per_source(fam, key=key):
+            for path, s in sorted(view.log_sources.items()):
+                fam.add_metric([path], _count(s[key]))
+        build(f"{NS}_{suffix}", per_source)
+
+    def up(fam):
+        for path, s in sorted(view.log_sources.items()):
+            fam.add_metric([path], 1.0 if s["up"] else 0.0)
+        if view.scrape is not None:
+            fam.add_metric([SGLANG_SOURCE], 1.0 if view.scrape["up"] else 0.0)
+    build(f"{NS}_source_up", up)
+
+    def stale(fam):
+        for path, s in sorted(view.log_sources.items()):
+            fam.add_metric([path], 1.0 if s.get("stale") else 0.0)
+    build(f"{NS}_log_source_stale", stale)
+
+    def unparsed(fam):
+        for reason, n in sorted(view.unparsed.items()):
+            fam.add_metric([reason], _count(n))
+    build(f"{NS}_log_lines_unparsed_total", unparsed)
+
+    def events(fam):
+        for kind, n in sorted(view.events_total.items()):
+            fam.add_metric([kind], _count(n))
+    build(f"{NS}_log_events_total", events)
+
+    def success(fam):
+        sc = view.scrape
+        if sc is not None:
+            # a stuck scraper's last result is not the last scrape's: it reads as a failure, never frozen at 1
+            fam.add_metric([SGLANG_SOURCE], 1.0 if sc["success"] and not sc["stuck"] else 0.0)
+    build(f"{NS}_scrape_success", success)
+
+    def scrape_duration(fam):
+        if view.scrape is not None:
+            fam.add_metric([SGLANG_SOURCE], _value(view.scrape["duration"]))
+    build(f"{NS}_scrape_duration_seconds", scrape_duration)
+
+    def rejected(fam):
+        if view.scrape is not None:
+            for reason in REJECT_REASONS:
+                fam.add_metric([reason], _count(view.scrape["rejected"].get(reason, 0)))
+    build(f"{NS}_scrape_samples_rejected_total", rejected)
+
+    def worker_errors(fam):
+        for worker, n in sorted(view.worker_errors.items()):
+            fam.add_metric([worker], _count(n))
+    build(f"{NS}_worker_errors_total", worker_errors)
+
+    out.append(_errors_family(errors or Counter()))
     return out
 
 
+def _errors_family(errors: Counter):
+    fam = _family(f"{NS}_exposition_errors_total")
+    for name, n in sorted(errors.items()):
+        fam.add_metric([name], float(n))
+    return fam
+
+
 class SidecarCollector:
-    """prometheus_client custom collector over a live Sidecar."""
+    """prometheus_client custom collector over a live Sidecar. Counts the families it had to leave out, over
+    the process's life (`sglang_exporter_exposition_errors_total`); when no View can be taken at all, that
+    family alone is served (label `family="view"`), so the scrape still answers."""
 
     def __init__(self, sidecar):
         self.sidecar = sidecar
+        self.errors: Counter = Counter()
 
     def describe(self):
         return []   # do not let registration call collect()
 
     def collect(self):
-        yield from families(self.sidecar.view())
+        try:
+            view = self.sidecar.view()
+        except Exception:  # noqa: BLE001 - no View: say so in the one family that needs none
+            self.errors["view"] += 1
+            yield _errors_family(self.errors)
+            return
+        yield from families(view, self.errors)

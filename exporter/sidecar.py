@@ -32,6 +32,8 @@ SGLANG_SOURCE = "sglang_metrics"
 WORKER_RESTART_DELAY = 1.0     # seconds before a worker loop that failed runs again
 WORKERS = ("follow", "scrape", "evaluate", "positions")
 NOT_YET = "not scraped yet"
+LOG_POLL_BUDGET = 1 << 20     # bytes per file per poll
+LOG_READ_CHUNK = 1 << 16      # bytes per read()
 
 
 @dataclass
@@ -144,7 +146,10 @@ class Sidecar:
         positions.update(start_at)
         # every file that exists now has a position: the follower's own from-start rule only concerns files
         # that appear later (always read whole)
-        self.follower = Follower(list(cfg.log_files), max_line_bytes=cfg.max_line_bytes, positions=positions)
+        # a backlog (a burst appended at once) is read LOG_POLL_BUDGET bytes per file per poll, the next poll
+        # right away: what one poll reads is held as text until parsed, so this bounds memory (bench/README.md)
+        self.follower = Follower(list(cfg.log_files), max_line_bytes=cfg.max_line_bytes, positions=positions,
+                                 poll_budget=LOG_POLL_BUDGET, read_chunk=LOG_READ_CHUNK)
         self.follower.join()
         for path, n in replayed.items():          # lines read is lines read, whoever read them
             if path in self.follower.stats:

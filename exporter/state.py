@@ -17,7 +17,7 @@ import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from exporter.catalog import SIGNALS_BY_ID
+from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
 from exporter.ingest.events import Event
 
 MAX_RANKS = 64            # distinct rank label sets kept; more fold into "other" (bounded label sets)
@@ -326,7 +326,11 @@ class ServerState:
             # for the event counter and the retracted-requests sum alike
             tp = ev.rank.get("tp")
             if tp is None or tp == self._leader_tp.get(ev.rank.get("dp"), 0):
-                self.retracted_requests_total += int(f.get("retracted_reqs") or 0)
+                # counters only grow: the grammar lets no count outside 0 <= n < COUNT_MAX through, and an
+                # Event built elsewhere with another number adds nothing (never a negative, a bool, a float)
+                n = f.get("retracted_reqs")
+                if n.__class__ is int and 0 < n < COUNT_MAX:
+                    self.retracted_requests_total += n
                 self.retractions_total += 1
                 self.retractions.push(now)
         elif kind == "oom":

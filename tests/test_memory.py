@@ -93,3 +93,41 @@ def test_interval_history_bounded():
         t += 62
     h = eng.history["stalled"]
     assert len(h.intervals) == MAX_INTERVALS and h.dropped_intervals >= 299
+
+
+def test_a_burst_is_read_a_bounded_slice_at_a_time(tmp_path):
+    """8 MiB of random bytes and a 12 MiB line appended at once: the sidecar reads them LOG_POLL_BUDGET bytes
+    per poll, so what Python holds at any moment stays a few MB (6.4 MB traced; with the former 16 MiB budget
+    27 MB here, and 110 MB RSS after a 100 MB burst in bench/memory_bench.py), and nothing is kept once the
+    backlog is read."""
+    import random
+
+    from exporter.sidecar import LOG_POLL_BUDGET, Sidecar
+    log = tmp_path / "sglang.log"
+    log.touch()
+    sc = Sidecar(Config(log_files=(str(log),)), clock=lambda: 1e9)
+    sc.poll_logs_once()
+    rng = random.Random(1)
+    with open(log, "ab") as f:
+        for _ in range(2):
+            f.write(rng.randbytes(4 << 20))
+        f.write(b"x" * (12 << 20) + b"\n")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        polls = 0
+        while True:         # what the follower's loop does: poll again at once while a backlog is left
+            sc.poll_logs_once()
+            polls += 1
+            if not sc.follower.backlog or polls > 100:
+                break
+            sc.follower.backlog = False
+        gc.collect()
+        now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        sc.shutdown()
+    (stats,) = sc.view().log_sources.values()
+    assert polls >= (20 << 20) // LOG_POLL_BUDGET - 1 and stats["lines_cut"] == 1
+    assert peak < 10_000_000, peak
+    assert now < 1_000_000, now

@@ -534,6 +534,16 @@ def detail_panels() -> list:
                   "has the traceback. A worker that cannot go on fails /healthz and is restarted.",
               targets=[Target(f"sum by ({BY}, worker) (increase({NS}_worker_errors_total{{{SEL}}}"
                               f"[$__rate_interval]))", "{{instance}} {{worker}}")]),
+        Panel("Families left out of the sidecar's /metrics", "timeseries", "short", min=0,
+              shows="Metric families the sidecar left out of its own /metrics because a value in them could not "
+                    "be exposed (the rest were served), per rate interval, by family.",
+              good="zero.",
+              bad="non-zero: that family's panels go blank; file an issue with the family name and the sidecar's "
+                  "log around that time.",
+              # with no failure there is no series: `or` a zero per sidecar (its build_info), so zero shows
+              targets=[Target(f"sum by ({BY}, family) (increase({NS}_exposition_errors_total{{{SEL}}}"
+                              f"[$__rate_interval]))\nor\nsum by ({BY}) (0 * {NS}_build_info{{{SEL}}})",
+                              "{{instance}} {{family}}")]),
         Panel("Exporter build", "table", "none", w=24, h=5,
               shows="sglang-exporter version and Python of each sidecar.",
               good="the same version everywhere.",

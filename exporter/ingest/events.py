@@ -41,6 +41,7 @@ UNPARSED_REASONS = (
     "no_sglang_prefix",   # no "[time ...]" record start anywhere in the line and no known bare message
     "unknown_message",    # an SGLang record whose message we do not know
     "malformed",          # a known message whose fields did not parse
+    "value_out_of_range",  # a known message with a number outside its field's range (catalog.FIELD_RANGES)
     "binary",             # control characters / NUL bytes: not text
     "empty",              # blank line
 )

@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from datetime import datetime
 
+from exporter.catalog import DEFAULT_FIELD_RANGE, FIELD_RANGES
 from exporter.ingest.events import EMPTY_RANK, Event, as_event, compact_encoder
 
 GIB = 1024 ** 3
@@ -38,7 +39,14 @@ _AVAIL_TOKENS = re.compile(r"Ava(?:ilable|liable) (?:full )?tokens: ([0-9]{1,18}
 _NUM = r"[0-9]{1,18}(?:\.[0-9]{1,18})?"
 _GB_VALUE = re.compile(rf"({_NUM}) GB")
 _SUBPROC = re.compile(r"Subprocess (\S+) \(pid=([0-9]{1,18})\) crashed with exit code (-?[0-9]{1,18})")
-_RID = re.compile(r"rid='([^']*)'|rid=([\w-]+)")
+_RID = re.compile(r"rid='([^']*)'|rid=([\w-]+)|\"rid\": ?\"([^\"]*)\"")
+# Request logs (--log-requests) carry user text: prompts, outputs, headers. Their messages: "Receive: obj=...",
+# "Receive OpenAI: obj=..." (0.5.8+), "Finish: obj=..., out=..." (0.4.1+), "in=GenerateReqInput(...), out=..."
+# (0.3.0-0.4.0) and, with --log-requests-format json (0.5.7+), {"timestamp": ..., "event": "request.received",
+# ...}. _REQUEST_MARK finds one anywhere in a line; see docs/log-events.md, "Request logs are not trusted".
+_REQUEST_MARK = re.compile(r'(?:Receive(?: OpenAI)?|Finish): obj=|\bin=\w+\(|"event": ?"request\.')
+_IN_OUT = re.compile(r"in=\w+\(")
+_JSON_REQUEST = re.compile(r'"event": ?"request\.(received|finished)')
 _CUDA_OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory")
 _TRIED = re.compile(rf"Tried to allocate ({_NUM}) (B|KiB|MiB|GiB|TiB)")
 _ELAPSED = re.compile(rf"(?:Time elapsed: |elapsed=|in )({_NUM}) s")
@@ -77,6 +85,42 @@ _UNIT_BYTES = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": GIB, "TiB": 1024 **
 _MAX_RECORD_LINES = 2000  # continuation lines scanned per multi-line record; more are still absorbed
 
 
+def request_phase(msg: str) -> str | None:
+    """"receive" / "finish" when an SGLang message (what follows its prefix) is a request log, else None."""
+    c = msg[:1]
+    if c == "R":
+        if msg.startswith(("Receive: ", "Receive OpenAI: ")):
+            return "receive"
+    elif c == "F":
+        if msg.startswith("Finish: "):
+            return "finish"
+    elif c == "i":
+        if _IN_OUT.match(msg):
+            return "finish"
+    elif c == "{":
+        m = _JSON_REQUEST.search(msg)
+        if m:
+            return "receive" if m.group(1) == "received" else "finish"
+    return None
+
+
+def request_marked(text: str) -> bool:
+    """A request-log marker anywhere in the line (_REQUEST_MARK; substring tests first: they are much cheaper
+    than the regex's scan, and most lines have none of them)."""
+    return ("obj=" in text or "in=" in text or "request." in text) and _REQUEST_MARK.search(text) is not None
+
+
+def _unquoted(text: str, end: int) -> bool:
+    """No quote character before `end`: what is there is not inside quoted text (a repr'd prompt, a JSON
+    string, a path in an access line), so it may be taken for a message of SGLang's own."""
+    return text.find("'", 0, end) < 0 and text.find('"', 0, end) < 0
+
+
+def _rid(text: str, start: int = 0):
+    m = _RID.search(text, start, start + 4000)
+    return (m.group(1) or m.group(2) or m.group(3)) if m else None
+
+
 def snake(key: str) -> str:
     """Fallback field name for a printed key we do not know yet: '#foo-bar (x/s)' -> 'foo_bar_x_s'."""
     return re.sub(r"[^0-9a-z]+", "_", key.lower()).strip("_")
@@ -102,6 +146,19 @@ def value_of(text: str):
         if value - value == 0.0:        # finite (JSON has no NaN / Infinity)
             return value / scale if scale != 1.0 else value
     return text
+
+
+def fields_in_range(fields: dict) -> bool:
+    """Every number of an Event's fields in its field's range (catalog.FIELD_RANGES): finite, not negative
+    where a count is, not absurdly large. Booleans and strings are not numbers here, and server_args' lists
+    and dicts are not looked into (only its top-level numbers are read)."""
+    for name, v in fields.items():
+        c = v.__class__
+        if c is int or c is float:
+            low, high = FIELD_RANGES.get(name, DEFAULT_FIELD_RANGE)
+            if not low <= v < high:         # NaN is not either
+                return False
+    return True
 
 
 def parse_batch_body(body: str, fields: dict) -> None:
@@ -147,11 +204,44 @@ def parse_batch_body(body: str, fields: dict) -> None:
 # set of options, one prefix layout). The first batch line of a shape takes the generic path; the parser then
 # compiles that whole line's shape (prefix layout, header form, keys in order, value classes) into an exact
 # regex, and later lines of the shape become batch rows (events.Row; read by skeleton, see below): the
-# fields are converted only when someone asks. A line whose values leave the learned classes (a negative number,
-# "nan", odd spacing) simply does not match and takes the generic path; the fields are the same either way
+# fields are converted only when someone asks. A value class is exactly the numbers of its field's catalog range
+# (FIELD_RANGES; digit classes, no per-line check), so a row's numbers are valid by construction. A line whose
+# values leave the learned classes (a negative number, "nan", a value out of range, odd spacing) simply does not
+# match and takes the generic path; the fields (or the rejection) are the same either way
 # (tests/test_grammar_properties.py checks).
-_I = "([0-9]{1,18})"
-_F = "([0-9]{1,18}\\.[0-9]{1,18})"
+
+
+def _below(high: int) -> str:
+    """Regex of the digit strings of the integers 0 <= n < high, for high = d * 10**k (d in 1..9). A
+    longer spelling with leading zeros is not matched: its line takes the generic path, which reads it alike."""
+    text = str(high)
+    d, k = int(text[0]), len(text) - 1
+    if text[1:] != "0" * k or d == 0:
+        raise ValueError(f"a learned shape's range must end at d * 10**k, not {high}")
+    if k == 0:
+        return f"[0-{d - 1}]"
+    if d == 1:
+        return f"[0-9]{{1,{k}}}"
+    return f"(?:[0-9]{{1,{k}}}|[1-{d - 1}][0-9]{{{k}}})"
+
+
+def _value_class(name: str, is_float: bool, percent: bool) -> tuple[str, tuple | None]:
+    """A learned shape's group for field `name`: exactly the numbers of its catalog range (FIELD_RANGES), so
+    a line with a value out of range does not match its shape, and the generic path counts it as such. With
+    it, the limit a skeleton cannot see (it spells every digit alike): None when the range is 0 <= n < 10**k
+    (the skeleton's digit count says it all), else (width, c): a whole part of `width` digits must start with a
+    digit <= c (see _Layout.check)."""
+    low, high = FIELD_RANGES.get(name, DEFAULT_FIELD_RANGE)
+    if low > 0:
+        raise ValueError(f"batch field {name} must have a range from 0 or below, not {low}")
+    high = high * 100 if percent else high
+    k = len(str(high)) - 1
+    d = high // 10 ** k
+    limit = (k + 1, str(d - 1)) if d > 1 or k == 0 else None
+    return "(" + _below(high) + ("\\.[0-9]{1,18}" if is_float else "") + ")", limit
+
+
+_I, _ = _value_class("forward_iter", False, False)
 _INT_VALUE = re.compile("[0-9]{1,18}")
 _FLOAT_VALUE = re.compile("[0-9]{1,18}\\.[0-9]{1,18}")
 _DATE_TIME = "([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})"
@@ -166,7 +256,7 @@ class _Shape:
     the tuple of its groups, wherever the shape sits in the parser's line regex."""
     __slots__ = ("key", "kind", "regex", "convs", "ngroups", "sep", "has_iter", "trailing", "has_graph",
                  "has_frac", "family", "count", "rk", "first", "source", "event", "values", "value_exprs",
-                 "fields_json")
+                 "fields_json", "limits")
 
     def __init__(self, key, kind, regex, convs, ngroups, sep, has_iter, trailing, has_graph, has_frac):
         self.key, self.kind, self.regex, self.convs, self.ngroups = key, kind, regex, convs, ngroups
@@ -178,6 +268,7 @@ class _Shape:
         self.first = 0          # number of its first group in the parser's line regex
         self.source = ""
         self.event = self.values = self.value_exprs = self.fields_json = None
+        self.limits: dict = {}  # group index -> (width, c): see _value_class
 
 
 def _prefix_regex(frac: str | None, ranks: str, space: bool) -> str:
@@ -201,6 +292,8 @@ def learn_shape(msg: str, frac: str | None = None, ranks: str = "", space: bool 
              re.escape(head.split(" [", 1)[0]) + (r" \[" + _I + r"\]" + re.escape(head[head.index("]") + 1:])
                                                   if has_iter else "")]
     convs = [("forward_iter", "int(g[{}])")] if has_iter else []
+    group = 2 + (frac is not None) + has_iter     # index of the next group (date time, fraction, ranks, iter)
+    limits = {}
     body = msg[m.end():]
     stripped = body.rstrip(", ")
     has_graph = False
@@ -216,6 +309,7 @@ def learn_shape(msg: str, frac: str | None = None, ranks: str = "", space: bool 
             pieces.append(re.escape(key) + ": (True|False)")
             convs += [("graph_backend", repr(backend)), ("cuda_graph", "g[{}] == 'True'")]
             has_graph = True
+            group += 1
             continue
         name = _BATCH_KEYS.get(key)
         if name is None or "=" in val:
@@ -223,18 +317,29 @@ def learn_shape(msg: str, frac: str | None = None, ranks: str = "", space: bool 
         percent = val.endswith("%")
         num = val[:-1] if percent else val
         if _INT_VALUE.fullmatch(num):
-            cls, conv = _I, ("int(g[{}]) / 100.0" if percent else "int(g[{}])")
+            (cls, limit), conv = _value_class(name, False, percent), ("int(g[{}]) / 100.0" if percent
+                                                                      else "int(g[{}])")
         elif _FLOAT_VALUE.fullmatch(num):
-            cls, conv = _F, ("float(g[{}]) / 100.0" if percent else "float(g[{}])")
+            (cls, limit), conv = _value_class(name, True, percent), ("float(g[{}]) / 100.0" if percent
+                                                                     else "float(g[{}])")
         else:
             return None
+        if not re.fullmatch(cls, num):
+            return None                             # out of range: the generic path did not take it either
+        if limit is not None:
+            limits[group] = limit
+        group += 1
         pieces.append(re.escape(key) + ": " + cls + ("%" if percent else ""))
         convs.append((name, conv))
     regex.append(", ".join(pieces) + re.escape(body[len(stripped):]))
     text = "".join(regex)
     ngroups = re.compile(text).groups
-    return _Shape((kind, text), kind, text, convs, ngroups, m.group(4), has_iter, body.endswith(", "), has_graph,
-                  frac is not None)
+    if ngroups != group:        # (cannot happen: a group per counted part) no shape rather than wrong limits
+        return None
+    shape = _Shape((kind, text), kind, text, convs, ngroups, m.group(4), has_iter, body.endswith(", "), has_graph,
+                   frac is not None)
+    shape.limits = limits
+    return shape
 
 
 def _compile_shape(shape: _Shape, source: str) -> None:
@@ -297,7 +402,8 @@ class _Layout:
     `value_exprs`, each group read at its constant offsets (see _layout_values): the same expressions, so the
     same values and types, and the parser never pays for it. (Not a __getattr__ filling the unset slot: a class
     with one loses CPython's fast attribute reads, and the parser reads a layout's slots on every line.)"""
-    __slots__ = ("shape", "kind", "source", "groups", "dt", "frac", "rank", "spans", "values")
+    __slots__ = ("shape", "kind", "source", "groups", "dt", "frac", "rank", "spans", "values", "check_at",
+                 "check_max", "check_more")
     batch = True                # its rows are batch lines (the engine reads their numbers)
 
     def __init__(self, shape: _Shape, m):
@@ -306,6 +412,18 @@ class _Layout:
         self.groups = operator.itemgetter(*spans)
         self.dt, self.frac, self.rank = spans[0], spans[1] if shape.has_frac else None, spans[shape.rk]
         self.values = self._first_values    # a cycle until the first call replaces it (gc frees unused ones)
+        # The skeleton fixes each number's digit count, not its digits: a range that is not 0 <= n < 10**k
+        # (a ratio below 2) needs its leading digit looked at when the whole part has the limit's width. A
+        # line of this layout is in range when text[check_at] <= check_max (check_at -1: nothing to look at)
+        # and check_more(text), when there is more than one such digit (hybrid pools, PD decode lines): the
+        # first comparison inline in feed_items, as most lines have one (token usage), a call for the others.
+        starts = []
+        for k, (width, c) in shape.limits.items():
+            whole = m.string[spans[k]].split(".", 1)[0]
+            if len(whole) == width:
+                starts.append((spans[k].start, c))
+        self.check_at, self.check_max = starts[0] if starts else (-1, "")
+        self.check_more = _layout_check(tuple(starts[1:])) if len(starts) > 1 else None
 
     def _first_values(self, text: str) -> tuple:
         """The layout's `values` until its first call: generates the layout's own, which replaces this."""
@@ -346,6 +464,23 @@ def _layout_values(exprs: tuple, spans: list):
     return values
 
 
+_LAYOUT_CHECKS: dict[tuple, object] = {}
+
+
+def _layout_check(starts: tuple):
+    """`check(text)` of a layout: the digit at each start offset is <= its limit (one comparison per limited
+    number, no slicing); shared by layouts with the same offsets."""
+    check = _LAYOUT_CHECKS.get(starts)
+    if check is None:
+        code = " and ".join(f"text[{i}] <= {c!r}" for i, c in starts)
+        namespace: dict = {}
+        exec(f"def check(text):\n    return {code}\n", namespace)  # noqa: S102 - built above from ints
+        if len(_LAYOUT_CHECKS) >= MAX_LAYOUT_VALUES:
+            _LAYOUT_CHECKS.clear()
+        check = _LAYOUT_CHECKS[starts] = namespace["check"]
+    return check
+
+
 class _Tally:
     """What a learned shape is to the parser's counts, for the lines of the _EventLayouts of one kind."""
     __slots__ = ("kind", "count")
@@ -374,6 +509,7 @@ class _EventLayout:
     path, which starts with a source's first learned batch shape."""
     __slots__ = ("shape", "kind", "source", "dt", "frac", "rank", "msg", "phase", "groups")
     batch = False
+    check_at = -1               # (as _Layout's: nothing to look at)
 
     def __init__(self, tally: _Tally, source: str, m, a: int, access=None):
         self.shape, self.kind, self.source = tally, tally.kind, source
@@ -381,13 +517,12 @@ class _EventLayout:
         self.frac = slice(*m.span(a + 2)) if m.group(a + 2) is not None else None
         self.rank = slice(*m.span(a + 3))
         self.msg = m.end()
-        self.phase = ("receive" if m.string[self.msg] == "R" else "finish") if access is None else None
+        self.phase = request_phase(m.string[self.msg:self.msg + 16]) if access is None else None
         self.groups = None if access is None else operator.itemgetter(*(slice(*access.span(k)) for k in range(1, 5)))
 
     def fields(self, text: str) -> dict:
         if self.groups is None:
-            r = _RID.search(text, self.msg, self.msg + 4000)
-            return {"phase": self.phase, "rid": (r.group(1) or r.group(2)) if r else None}
+            return {"phase": self.phase, "rid": _rid(text, self.msg)}
         client, method, path, status = self.groups(text)
         return {"client": client, "method": method, "path": path, "status": int(status)}
 
@@ -511,6 +646,7 @@ class Parser:
         self._heads: dict[bytes, _EventLayout] = {}      # head skeleton -> a request-log layout
         self._tallies = {kind: _Tally(kind) for kind in ("http_access", "request_log")}
         self._fruitless = 0
+        self._in_request = False     # the last record was a request log: bare lines after it are its text
 
     # ------------------------------------------------------------------ public API
     @property
@@ -567,6 +703,10 @@ class Parser:
                         pass
                     else:
                         layout = layouts.get(skeleton)
+                        if layout is not None and layout.check_at >= 0 and (
+                                text[layout.check_at] > layout.check_max
+                                or layout.check_more is not None and not layout.check_more(text)):
+                            layout = None       # a number out of its range: the generic path counts the line
                 if layout is None and heads and "\x00" not in text:
                     layout = heads.get(_head_key(text))
             if layout is None:
@@ -603,6 +743,7 @@ class Parser:
                 rank = self._rank(ranks)
             if sh is not last_shape:
                 last_shape = sh
+                self._in_request = sh.kind == "request_log"
                 if layout.batch:
                     self.format_family = sh.family or self._family(sh.sep, sh.has_iter, sh.trailing,
                                                                    sh.has_graph, False, False)
@@ -624,7 +765,7 @@ class Parser:
                 if len(self._layouts) >= MAX_SKELETONS:
                     self._layouts.clear()
                 self._layouts[skeleton] = _EventLayout(tally, self.source, m, a, access)
-        elif m.end() + len("Receive: ") <= HEAD_CHARS:
+        elif text.startswith(("Receive: ", "Finish: "), m.end()) and m.end() + len("Receive: ") <= HEAD_CHARS:
             key = _head_key(text)
             if key is not None:
                 if len(self._heads) >= MAX_SKELETONS:
@@ -654,6 +795,8 @@ class Parser:
             m = self._line_re.match(text) if text[0] == "[" else None
             if m is None and "[" in text:
                 m = self._line_re.search(text)
+                if m is not None and not _wrapping(text, m):
+                    m = None
             if m is None:
                 self._bare(text, lineno, container_time, out)
                 return
@@ -664,6 +807,7 @@ class Parser:
             out += self.flush()
         shape = self._by_marker.get(m.lastindex)
         if shape is not None:      # a learned shape, found by search (a foreign prefix) or in a container record
+            self._in_request = False
             self._learned_event(shape, m, lineno, container_time, out)
             return
         a = self._prefix_at
@@ -690,14 +834,18 @@ class Parser:
             rank = self._rank(ranks)
         msg = text[m.end():]
         ev = self._message(msg, date is None)
+        self._in_request = ev is not None and ev.kind == "request_log"
         if ev is None:
             self.unparsed["unknown_message"] += 1
             return
         if ev is _MALFORMED:
             self.unparsed["malformed"] += 1
             return
-        ev.time, ev.ts, ev.rank, ev.source, ev.line = iso, ts, rank, self.source, lineno
         kind = ev.kind
+        if kind not in _MULTILINE and not fields_in_range(ev.fields):     # (multi-line ones: at flush)
+            self.unparsed["value_out_of_range"] += 1
+            return
+        ev.time, ev.ts, ev.rank, ev.source, ev.line = iso, ts, rank, self.source, lineno
         if kind in _MULTILINE:
             self._pending = _Pending(ev)
             if kind == "oom":
@@ -777,6 +925,9 @@ class Parser:
                 if not repeat:
                     out.append(Event("oom", _oom_fields(p.oom_text, _phase_from_frames(p.funcs)), ev.time, ev.ts,
                                      ev.rank, self.source, p.oom_line))
+        if not all(fields_in_range(e.fields) for e in out):      # continuation lines filled numbers in
+            self.unparsed["value_out_of_range"] += 1
+            return []
         self._recognised += len(out)
         for e in out:
             self._kinds[e.kind] += 1
@@ -791,14 +942,26 @@ class Parser:
             if p.lines <= _MAX_RECORD_LINES:
                 self._continue(p, text, lineno)
             return
-        if _CUDA_OOM.search(text):
+        if self._in_request or request_marked(text):
+            # a line of request text (a prompt printed with its newlines by early 0.4.x), or a request log
+            # without SGLang's prefix (0.5.7's JSON, another log format): never an event, nor are the bare
+            # lines after it until the next SGLang record
+            self._in_request = True
+            self.unparsed["no_sglang_prefix"] += 1
+            return
+        m = _CUDA_OOM.search(text)
+        if m and _unquoted(text, m.start()):
             ts = _container_ts(container_time) if container_time else None
             ev = Event("oom", _oom_fields(text, "unknown"), container_time, ts, EMPTY_RANK, self.source, lineno)
+            if not fields_in_range(ev.fields):
+                self.unparsed["value_out_of_range"] += 1
+                return
             self._recognised += 1
             self._kinds["oom"] += 1
             out.append(ev)
             return
-        if "Watchdog caught collective operation timeout" in text:
+        i = text.find("Watchdog caught collective operation timeout")
+        if i >= 0 and _unquoted(text, i):
             ts = _container_ts(container_time) if container_time else None
             ev = Event("nccl_timeout", {"message": text.strip()[:500]}, container_time, ts, EMPTY_RANK,
                        self.source, lineno)
@@ -827,9 +990,7 @@ class Parser:
             if len(p.funcs) > 64:
                 del p.funcs[:32]
             return
-        if not p.oom_line and (_CUDA_OOM.search(text) or "out of memory. Try to lower" in text
-                               or "alloc_req_slots runs out of memory" in text
-                               or "Not enough memory. Please try to increase" in text):
+        if not p.oom_line and _oom_in(text):
             # raised RuntimeErrors surface only inside the traceback, never as their own log record
             p.oom_line, p.oom_text = lineno, stripped
         if not stripped.startswith(("^", "~")):
@@ -896,10 +1057,10 @@ class Parser:
                 return Event("http_access", {"client": client, "method": method, "path": path,
                                              "status": int(status)}, None, None, EMPTY_RANK)
             return None
-        if (c == "R" or c == "F") and msg.startswith(("Receive: ", "Finish: ")):
-            m = _RID.search(msg, 0, 4000)
-            return Event("request_log", {"phase": "receive" if c == "R" else "finish",
-                                         "rid": (m.group(1) or m.group(2)) if m else None}, None, None, EMPTY_RANK)
+        if c == "R" or c == "F" or c == "i" or c == "{":
+            phase = request_phase(msg)
+            if phase is not None:       # user text follows: nothing in it is read (see _REQUEST_MARK)
+                return Event("request_log", {"phase": phase, "rid": _rid(msg)}, None, None, EMPTY_RANK)
         if c == "D" or c == "P":
             if msg.startswith(("Decode batch", "Prefill batch")):
                 return self._batch(msg, time_only)
@@ -921,13 +1082,13 @@ class Parser:
             return _load_weight(msg)
         if msg.startswith("Memory pool end"):
             return Event("memory_pool", _avail(msg, "avail mem="))
-        if "Cache is allocated" in msg or "Cache VA upper bound" in msg:
+        if ("Cache is allocated" in msg or "Cache VA upper bound" in msg) and _unquoted(msg, msg.find("Cache ")):
             return _kv_alloc(msg)
         if msg.startswith("Capture ") and (" begin" in msg or " end" in msg):
             return _capture(msg)
         if "atchdog timeout (" in msg:
             m = _WATCHDOG.search(msg)
-            if m:
+            if m and _unquoted(msg, m.start()):
                 return Event("watchdog_timeout", {"component": m.group(1) or "Scheduler",
                                                   "soft": "self.soft=True" in m.group(2),
                                                   "timeout_seconds": _first_number(m.group(2))})
@@ -937,7 +1098,7 @@ class Parser:
                 return Event("scheduler_exception", {"component": m.group(1) or m.group(3)})
         if msg.startswith(("Received sigquit", "SIGQUIT received")):
             return Event("sigquit", {})
-        if "ealth check failed" in msg or "ealth check timed out" in msg:
+        if ("ealth check failed" in msg or "ealth check timed out" in msg) and _unquoted(msg, msg.find("ealth check")):
             return Event("health_check_failed", {"message": msg[:300]})
         if msg.startswith("Initialization failed"):
             return Event("init_failed", {"message": msg[:300]})
@@ -952,7 +1113,8 @@ class Parser:
             return Event("oom", {"phase": "decode", "source": "req_pool"})
         if msg.startswith("Not enough memory. Please try to increase --mem-fraction-static"):
             return Event("oom", {"phase": "startup", "source": "startup"})
-        if _CUDA_OOM.search(msg):
+        m = _CUDA_OOM.search(msg)
+        if m and _unquoted(msg, m.start()):
             return Event("oom", _oom_fields(msg, "unknown"))
         return None
 
@@ -976,6 +1138,16 @@ class Parser:
 
 
 _MALFORMED = Event("malformed", {})
+
+
+def _wrapping(text: str, m) -> bool:
+    """Whether the SGLang record `m` found inside `text` (not at its start) is one: what precedes it is a
+    foreign prefix (Ray, docker compose, syslog, Slurm, kubectl --prefix), not quoted text, and the line is not
+    a request log quoting one (its marker may come before or after the quote: JSON keys have no order)."""
+    start = m.start()
+    if not _unquoted(text, start):
+        return False
+    return not request_marked(text) or request_phase(text[m.end():m.end() + 4000]) is not None
 _MULTILINE = frozenset({"scheduler_exception", "oom"})
 
 
@@ -1098,6 +1270,16 @@ def _capture(msg: str) -> Event:
     if m:
         fields["elapsed_seconds"] = float(m.group(1))
     return Event("graph_capture", fields)
+
+
+_OOM_TEXTS = re.compile(r"CUDA out of memory|CUDA error: out of memory|out of memory\. Try to lower"
+                        r"|alloc_req_slots runs out of memory|Not enough memory\. Please try to increase")
+
+
+def _oom_in(text: str) -> bool:
+    """A traceback line that reports an OOM, not inside quoted text (an exception quoting a request)."""
+    m = _OOM_TEXTS.search(text)
+    return m is not None and _unquoted(text, m.start())
 
 
 def _phase_from_frames(funcs: list[str]) -> str:
