@@ -51,6 +51,12 @@ def families(view: View) -> list:
             dur.add_metric([sid], max(0.0, snap.now - h.since))
     out += [firing, known, value, dur]
 
+    causes = _family(f"{NS}_failure_cause_info")
+    for sid, j in sorted(snap.judgements.items()):
+        if j.firing and j.cause is not None:
+            causes.add_metric([sid, j.cause[0], j.cause[1][:200]], 1.0)
+    out.append(causes)
+
     advice = _family(f"{NS}_advice_info")
     for r in snap.advice:
         advice.add_metric([r.flag, r.action, _fmt(r.current), _fmt(r.suggested), ",".join(r.signals)], 1.0)
