@@ -247,6 +247,7 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
         "failures": [{**f, "time": iso(f["t"], time_only) if st.clock_known else None}
                      for f in engine.failures_seen],
         "counts": _counts(st, time_only),
+        "oom_phases": dict(st.oom_total),
         "signals": signals,
         "advice": [r.to_json() for r in advice],
     }
