@@ -299,7 +299,8 @@ def headline(report: dict) -> str:
         last = {}
         for f in report.get("failures", []):
             last[f["signal"]] = f
-        first = next(iter(last.values()), None)
+        # a start-up OOM says more than the crash it caused (its stage picks the advice)
+        first = last.get("startup_oom") or next(iter(last.values()), None)
         if first is not None:
             where = f" while {STAGE_TEXT[first['stage']]}" if first.get("stage") else ""
             line += f"{where} ({report['verdict_reason']}); cause ({first['cause_class']}): {first['cause']}"

@@ -252,3 +252,14 @@ def test_serve_and_analyze_agree(tmp_path, name):
     causes = {sid: j.cause for sid, j in sc.view().snapshot.judgements.items() if j.firing and j.cause}
     assert causes == {f["signal"]: (f["cause_class"], f["cause"]) for f in rep["failures"]}
     sc.follower.close()
+
+
+@pytest.mark.parametrize("name", ["startup_oom_cuda_graph.log", "oom_untimed.log"])
+def test_html_report_shows_the_failure(name):
+    from exporter.report_html import render_html
+    rep = analyze([str(FIXTURES / name)], Config(), progress=False, series=True)
+    page = render_html(rep)
+    assert "Verdict: FAILED" in page and "class='failures'" in page
+    assert "CUDA out of memory" in page and "None" not in page
+    if name == "oom_untimed.log":
+        assert "no timestamps" in page
