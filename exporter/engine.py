@@ -46,6 +46,7 @@ class Engine:
         self.last: Snapshot | None = None
         self.failures_seen: list[dict] = []     # each failure signal's firing with its cause, in order (analyze)
         self.startup_oom_stage: str | None = None   # the stage of the last start-up OOM that fired
+        self._log_start: float | None = None        # the first log timestamp read (live mode)
         self._evaluate = Evaluator(self.params)
         self._reconcile = Reconciler()
         # the hot path of `analyze` (one call per log record): the state's own methods, one call less per line
@@ -62,14 +63,28 @@ class Engine:
 
     def ingest_items(self, items, now: float) -> None:
         """Events and rows, all at `now` (live mode: the time they arrived)."""
-        if self.state.observed_from is None:
-            self.state.observed_from = now
+        if self._log_start is None:
+            self._observe_log_start(items, now)
         apply_event, apply_row = self.state.apply_event, self.state.apply_row
         for item in items:
             if item.__class__ is tuple:
                 apply_row(item, now)
             else:
                 apply_event(item, now)
+
+    def _observe_log_start(self, items, now: float) -> None:
+        """Observation began when we started, or earlier when the log we read begins earlier (history read
+        `--from-start` arrives all at once, yet covers the minutes its timestamps say: rates over a short
+        observation must not squeeze it into seconds)."""
+        st = self.state
+        if st.observed_from is None:
+            st.observed_from = now
+        for item in items:
+            ts = item[2] if item.__class__ is tuple else item.ts
+            if ts is not None:
+                self._log_start = ts
+                st.observed_from = min(st.observed_from, ts)
+                return
 
     def ingest_scrape(self, scrape, now: float) -> None:
         if self.state.observed_from is None:

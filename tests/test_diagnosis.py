@@ -263,3 +263,22 @@ def test_html_report_shows_the_failure(name):
     assert "CUDA out of memory" in page and "None" not in page
     if name == "oom_untimed.log":
         assert "no timestamps" in page
+
+
+def test_history_read_from_start_keeps_its_minutes(tmp_path):
+    """serve --from-start reads eleven minutes of history at once: the retractions in it are rated over the
+    minutes their timestamps span, not over the second they arrived in."""
+    lines = []
+    for i in range(22):                                      # 2 per minute for 11 minutes
+        t = i * 30
+        lines.append(f"[2025-08-11 17:{t // 60:02d}:{t % 60:02d} TP0] KV cache pool is full. Retract requests. "
+                     "#retracted_reqs: 1, #new_tokens_gained: 2048, #new_token_ratio: 0.9998 -> 1.0000")
+    log = tmp_path / "history.log"
+    log.write_text("\n".join(lines) + "\n")
+    clock = Clock(_ts(lines[-1]) + 5)
+    sc = Sidecar(Config(log_files=(str(log),), from_start=True), clock=clock)
+    sc.poll_logs_once()
+    j = sc.view().snapshot.judgements
+    assert j["retractions_frequent"].firing is True
+    assert j["retraction_storm"].firing is False, j["retraction_storm"]
+    sc.follower.close()
