@@ -44,7 +44,8 @@ EXPECTED = {
                          None, {("request-rate", "hold")}),
     "startup_hung.log": ({"startup_stalled"}, "startup_hung", "no ready line 1491 s after the server arguments",
                          None, set()),
-    "oom_untimed.log": ({"startup_oom"}, "cuda_oom", "CUDA out of memory", "unknown",
+    "oom_untimed.log": ({"server_crashed", "startup_oom"}, "cuda_oom", "torch.OutOfMemoryError: CUDA out of memory",
+                        "unknown",
                         {("--mem-fraction-static", "decrease")}),
 }
 
@@ -134,6 +135,19 @@ def test_verdict_rules():
     # judged but not a serving signal: a log of start-up lines only is not "healthy"
     assert verdict([], ["gpu_headroom_low", "server_crashed"], "no batch lines") == \
         ("insufficient data", "no batch lines")
+
+
+def test_a_bare_traceback_is_a_crash(tmp_path):
+    """The launcher's own traceback has no SGLang prefix; its last line is still the cause."""
+    p = _write(tmp_path, "dead.log", [
+        "Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/launch_server.py", line 14, in <module>',
+        "    launch_server(server_args)",
+        "Exception: Rank 0 scheduler is dead. Please check if there are relevant logs."])
+    rep = analyze([p], Config(), progress=False)
+    assert rep["verdict"] == "failed" and rep["events"] == {"traceback": 1}
+    assert rep["failures"][0]["cause"] == "Exception: Rank 0 scheduler is dead. Please check if there are relevant logs."
+    assert rep["lines"]["unparsed"] == {}
 
 
 @pytest.mark.parametrize("line,cls", [

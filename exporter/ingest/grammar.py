@@ -768,7 +768,7 @@ class Parser:
             return []
         ev = p.event
         out = [ev]
-        if ev.kind == "scheduler_exception":
+        if ev.kind == "scheduler_exception" or ev.kind == "traceback":
             ev.fields["message"] = p.last[:500]
             if p.oom_line:
                 # SGLang logs its KV-pool OOM, then raises it: the traceback repeats the same OOM.
@@ -790,6 +790,13 @@ class Parser:
             p.lines += 1
             if p.lines <= _MAX_RECORD_LINES:
                 self._continue(p, text, lineno)
+            return
+        if text.startswith("Traceback (most recent call last):"):
+            # a process's traceback without SGLang's prefix (the launcher's, a child's): a record like the
+            # scheduler's exception, its last line the cause
+            ts = _container_ts(container_time) if container_time else None
+            self._pending = _Pending(Event("traceback", {"component": ""}, container_time, ts, EMPTY_RANK,
+                                           self.source, lineno))
             return
         if _CUDA_OOM.search(text):
             ts = _container_ts(container_time) if container_time else None
