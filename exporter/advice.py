@@ -40,7 +40,7 @@ def reconcile(judgements: dict[str, Judgement], server_args: dict, memory_config
               headroom_bytes: float | None = None, total_gpu_bytes: float | None = None,
               facts: dict | None = None) -> list[Recommendation]:
     """facts (engine.advice_facts): `startup_oom_stage` picks a start-up OOM's advice, `graph_off_peak` is the
-    largest decode batch that ran without CUDA graph, `kv_usage` the fullest KV cache pool now."""
+    largest decode batch that ran without CUDA graph, `kv_full` whether a KV cache pool is full now."""
     facts = facts or {}
     stage = facts.get("startup_oom_stage") or "unknown"
     by_flag: dict[str, list[tuple[str, Advice]]] = {}
@@ -50,7 +50,7 @@ def reconcile(judgements: dict[str, Judgement], server_args: dict, memory_config
                 if not adv.when or stage in adv.when:
                     by_flag.setdefault(adv.flag, []).append((sid, adv))
     out = []
-    held = _hold_rate(by_flag, judgements, facts.get("kv_usage"))
+    held = _hold_rate(by_flag, judgements, facts.get("kv_full", False))
     if held is not None:
         out.append(held)
     graph = _graph_check(by_flag, server_args, facts.get("graph_off_peak"))
@@ -118,14 +118,13 @@ def _arg_names(firing: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in (*names, "disable_cuda_graph", "attention_backend") if n is not None))
 
 
-def _hold_rate(by_flag: dict, judgements: dict, kv_usage) -> Recommendation | None:
+def _hold_rate(by_flag: dict, judgements: dict, full: bool) -> Recommendation | None:
     """A short queue asks for more requests; while memory is short they would only be retracted or run out of
     memory. Then the request rate is held (the pressure signal wins) and by_flag loses the increase."""
     items = by_flag.get("request-rate")
     if not items or not any(a.action == "increase" for _, a in items):
         return None
     winners = [sid for sid in PRESSURE_SIGNALS if judgements.get(sid) and judgements[sid].firing]
-    full = kv_usage is not None and kv_usage >= KV_FULL
     if not winners and not full:
         return None
     by_flag["request-rate"] = [(s, a) for s, a in items if a.action != "increase"]
@@ -134,7 +133,7 @@ def _hold_rate(by_flag: dict, judgements: dict, kv_usage) -> Recommendation | No
     del by_flag["request-rate"]
     askers = [s for s, a in items if a.action == "increase"]
     why = (f"{', '.join(winners)} fired" if winners else "") + \
-        (("; " if winners else "") + f"the KV cache is {kv_usage:.0%} full" if full else "")
+        (("; " if winners else "") + f"the KV cache is full (token usage >= {KV_FULL})" if full else "")
     won = winners[0] if winners else "the full KV cache"
     return Recommendation("request-rate", "hold", None, None, tuple(sorted(set(askers + winners))),
                           _severity([(s, None) for s in askers + winners]),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter.advice import Recommendation, Reconciler
+from exporter.advice import KV_FULL, Recommendation, Reconciler
 from exporter.catalog import FAILURE_IDS
 from exporter.config import Config
 from exporter.ingest.events import Event
@@ -107,7 +107,7 @@ class Engine:
             if j.firing and j.cause is not None and sid in FAILURE_IDS:
                 self._failure(sid, j, now)
         advice = self._reconcile(judgements, st.server_args, st.memory_config, st.headroom_bytes,
-                                 st.total_gpu_bytes, advice_facts(st))
+                                 st.total_gpu_bytes, advice_facts(st, judgements))
         self.last = Snapshot(now, judgements, advice, self.history)
         return self.last
 
@@ -172,10 +172,23 @@ def verdict(fired, known, missing: str = "") -> tuple[str, str]:
     return "insufficient data", missing or "no serving signal could be judged"
 
 
-def advice_facts(st: ServerState) -> dict:
+def advice_facts(st: ServerState, judgements: dict | None = None) -> dict:
     """What advice needs beyond the judgements: the start-up OOM's stage, the largest decode batch that ran
-    without CUDA graph, and the fullest KV cache pool now."""
-    usages = [rv.usage for rv in st.schedulers().values() if rv.usage is not None] if st.log_fed else \
-        [rv.usage for rv in st.ranks.values() if rv.usage is not None]
-    return {"startup_oom_stage": st.failures.startup_oom_stage, "graph_off_peak": st.graph_off_peak,
-            "kv_usage": max(usages) if usages else None}
+    without CUDA graph, and whether a KV cache pool is full now. With `judgements`, only what the firing signals'
+    advice reads (the reconciler's cache then holds while nothing relevant changes)."""
+    def firing(sid):
+        if judgements is None:
+            return True
+        j = judgements.get(sid)
+        return j is not None and j.firing
+    out = {}
+    if firing("startup_oom"):
+        out["startup_oom_stage"] = st.failures.startup_oom_stage
+    if firing("cuda_graph_off_small_batch"):
+        out["graph_off_peak"] = st.graph_off_peak
+    if firing("queue_below_range"):
+        ranks = st.schedulers() if st.log_fed else st.ranks
+        usages = [rv.usage for rv in ranks.values() if rv.usage is not None]
+        # only whether it is full: a usage that moves each evaluation would defeat the reconciler's cache
+        out["kv_full"] = bool(usages) and max(usages) >= KV_FULL
+    return out

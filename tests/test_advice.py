@@ -149,10 +149,22 @@ def test_no_more_requests_while_memory_is_short(pressure):
 
 
 def test_no_more_requests_while_the_kv_cache_is_full():
-    recs = by_flag(reconcile(fired("queue_below_range"), {}, {}, facts={"kv_usage": 0.97}))
-    assert recs["request-rate"].action == "hold" and "97% full" in recs["request-rate"].reason
-    recs = by_flag(reconcile(fired("queue_below_range"), {}, {}, facts={"kv_usage": 0.5}))
+    recs = by_flag(reconcile(fired("queue_below_range"), {}, {}, facts={"kv_full": True}))
+    assert recs["request-rate"].action == "hold" and "KV cache is full" in recs["request-rate"].reason
+    recs = by_flag(reconcile(fired("queue_below_range"), {}, {}, facts={"kv_full": False}))
     assert recs["request-rate"].action == "increase"
+
+
+def test_a_full_kv_cache_reaches_advice_through_the_engine():
+    eng = engine()
+    for i in range(5):                                    # a short queue, and the KV cache full
+        eng.ingest(decode(queue=0, usage=0.97), T0 + i)
+    recs = by_flag(eng.evaluate(T0 + 5).advice)
+    assert recs["request-rate"].action == "hold"
+    eng2 = engine()
+    for i in range(5):
+        eng2.ingest(decode(queue=0, usage=0.4), T0 + i)
+    assert by_flag(eng2.evaluate(T0 + 5).advice)["request-rate"].action == "increase"
 
 
 @pytest.mark.parametrize("stage,want,unwanted", [

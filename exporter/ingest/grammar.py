@@ -40,6 +40,7 @@ _GB_VALUE = re.compile(rf"({_NUM}) GB")
 _SUBPROC = re.compile(r"Subprocess (\S+) \(pid=([0-9]{1,18})\) crashed with exit code (-?[0-9]{1,18})")
 _RID = re.compile(r"rid='([^']*)'|rid=([\w-]+)")
 _CUDA_OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory")
+_EXC_LINE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
 _TRIED = re.compile(rf"Tried to allocate ({_NUM}) (B|KiB|MiB|GiB|TiB)")
 _ELAPSED = re.compile(rf"(?:Time elapsed: |elapsed=|in )({_NUM}) s")
 _NUMBER = re.compile(r"-?[0-9]{1,18}(?:\.[0-9]{1,18})?")
@@ -474,7 +475,7 @@ def parse_server_args(text: str) -> dict | None:
 
 class _Pending:
     """A multi-line record being assembled (traceback / KV-pool OOM message)."""
-    __slots__ = ("event", "lines", "funcs", "oom_line", "oom_text", "last")
+    __slots__ = ("event", "lines", "funcs", "oom_line", "oom_text", "last", "exc")
 
     def __init__(self, event: Event):
         self.event = event
@@ -483,6 +484,7 @@ class _Pending:
         self.oom_line = 0
         self.oom_text = ""
         self.last = ""
+        self.exc = ""        # the last line that starts an exception ("RuntimeError: ..."): the cause
 
 
 class Parser:
@@ -769,7 +771,8 @@ class Parser:
         ev = p.event
         out = [ev]
         if ev.kind == "scheduler_exception" or ev.kind == "traceback":
-            ev.fields["message"] = p.last[:500]
+            # an exception's message may run on over lines ("Try to allocate ..."): its first line is the cause
+            ev.fields["message"] = (p.exc or p.last)[:500]
             if p.oom_line:
                 # SGLang logs its KV-pool OOM, then raises it: the traceback repeats the same OOM.
                 repeat = "out of memory. Try to lower" in p.oom_text and \
@@ -841,6 +844,8 @@ class Parser:
             p.oom_line, p.oom_text = lineno, stripped
         if not stripped.startswith(("^", "~")):
             p.last = stripped
+            if _EXC_LINE.match(stripped):
+                p.exc = stripped
 
     def _time_only(self, tod: str, frac):
         """`HH:MM:SS` without a date (0.3.0-0.3.3): seconds since the first day of the log, day by day."""
