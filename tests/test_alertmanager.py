@@ -184,11 +184,13 @@ def test_inhibitions_in_a_real_alertmanager(alertmanager):
         _alert("SGLangServerCrashed", "critical", OOMED, signal="server_crashed"),    # the OOM page says it
         _alert("SGLangServerCrashed", "critical", CRASHED, signal="server_crashed"),
         _alert("SGLangQueueBelowRange", "info", CRASHED, signal="queue_below_range"),  # advice of a dead server
+        _alert("SGLangStalled", "critical", CRASHED, signal="stalled"),         # its queue stopped: the crash
     ]
     _post(base, targets)
     expect_inhibited = {
         ("SGLangServerCrashed", OOMED): "SGLangStartupOOM",
         ("SGLangQueueBelowRange", CRASHED): "SGLangServerCrashed",
+        ("SGLangStalled", CRASHED): "SGLangServerCrashed",
         ("SGLangKVCacheUnderused", STALLED): "SGLangStalled",
         ("SGLangQueueBelowRange", STALLED): "SGLangStalled",
         ("SGLangRetractionsFrequent", STORMING): "SGLangRetractionStorm",

@@ -46,6 +46,7 @@ ALERTMANAGER = "alertmanager.yml"
 ROUTES_CASES = "tests/alertmanager-routes.yml"
 WATCHDOG = "SGLangAlertingWatchdog"
 # Meta alerts that mean "this instance cannot be judged / is hung": they silence its tuning alerts.
+FAILURE_ALERTS = tuple(s.alert.name for s in catalog.SIGNALS if s.failure and s.alert)
 # a crashed, hung or unwatched server: its tuning advice is noise until that is fixed
 BLINDING_ALERTS = ("SGLangStalled", "SGLangTargetDown", "SGLangExporterDown", "SGLangServerCrashed",
                    "SGLangStartupOOM", "SGLangStartupStalled")
@@ -1134,6 +1135,11 @@ def alertmanager_config(p: Params) -> dict:
             {  # a start-up OOM also crashes the server: one page, the one with the memory advice
                 "source_matchers": ['alertname="SGLangStartupOOM"'],
                 "target_matchers": ['alertname="SGLangServerCrashed"'],
+                "equal": list(p.inhibit_equal),
+            },
+            {  # a dead server's queue no longer moves: the crash page says why, the stall page would not
+                "source_matchers": [f'alertname=~"{"|".join(FAILURE_ALERTS)}"'],
+                "target_matchers": ['alertname="SGLangStalled"'],
                 "equal": list(p.inhibit_equal),
             },
             {  # a critical of a family (retraction storm) silences its warnings (retractions frequent)
