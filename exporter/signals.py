@@ -208,8 +208,9 @@ def _startup_stalled(state, p, sources, now, window):
     limit = p["startup_seconds"]
     if age <= limit:
         return False, age, ("starting for {:.0f} s, no ready line yet (limit {:.0f} s)", age, limit)
-    cause = f"no ready line {age:.0f} s after the server arguments (last stage: {STAGE_TEXT[fl.stage]})"
-    return True, age, cause, ("startup_hung", cause)
+    # the cause is a label of the alert and of failure_cause_info: it must not change with the age
+    cause = f"no ready line within {limit:.0f} s of the server arguments (last stage: {STAGE_TEXT[fl.stage]})"
+    return True, age, ("starting for {:.0f} s: {}", age, cause), ("startup_hung", cause)
 
 
 def _clock(t: float) -> str:

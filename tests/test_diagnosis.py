@@ -42,7 +42,7 @@ EXPECTED = {
     "sigquit.log": ({"server_crashed"}, "killed", "Received sigquit", None, {("request-rate", "hold")}),
     "nccl_timeout.log": ({"server_crashed"}, "nccl", "[Rank 5] Watchdog caught collective operation timeout",
                          None, {("request-rate", "hold")}),
-    "startup_hung.log": ({"startup_stalled"}, "startup_hung", "no ready line 1491 s after the server arguments",
+    "startup_hung.log": ({"startup_stalled"}, "startup_hung", "no ready line within 1200 s of the server arguments",
                          None, set()),
     "oom_untimed.log": ({"server_crashed", "startup_oom"}, "cuda_oom", "torch.OutOfMemoryError: CUDA out of memory",
                         "unknown",
@@ -295,4 +295,21 @@ def test_history_read_from_start_keeps_its_minutes(tmp_path):
     j = sc.view().snapshot.judgements
     assert j["retractions_frequent"].firing is True
     assert j["retraction_storm"].firing is False, j["retraction_storm"]
+    sc.follower.close()
+
+
+def test_a_hung_start_up_fires_in_serve_with_a_steady_cause(tmp_path):
+    """serve's clock moves on with no line written: start-up stalls past startup_seconds, and its cause (a
+    label of the alert) does not change while it keeps firing."""
+    lines = (FIXTURES / "startup_hung.log").read_text().splitlines()[:2]
+    sc = serve_lines(tmp_path, lines)
+    clock = sc.clock
+    assert sc.view().snapshot.judgements["startup_stalled"].firing is False
+    clock.t += 1201
+    first = sc.view().snapshot.judgements["startup_stalled"]
+    clock.t += 60
+    later = sc.view().snapshot.judgements["startup_stalled"]
+    assert first.firing and later.firing and later.value == first.value + 60
+    assert first.cause == later.cause == ("startup_hung", "no ready line within 1200 s of the server arguments "
+                                                          "(last stage: loading the weights)")
     sc.follower.close()
