@@ -313,3 +313,15 @@ def test_a_hung_start_up_fires_in_serve_with_a_steady_cause(tmp_path):
     assert first.cause == later.cause == ("startup_hung", "no ready line within 1200 s of the server arguments "
                                                           "(last stage: loading the weights)")
     sc.follower.close()
+
+
+def test_failure_signals_without_inputs_are_unknown_with_a_reason():
+    from exporter.engine import Engine
+    metrics_only = Engine(Config(), log_fed=False)
+    metrics_only.set_sources(metrics_up=True)
+    nothing_read = Engine(Config(), log_fed=True)
+    nothing_read.set_sources(log_up=True)
+    for eng in (metrics_only, nothing_read):
+        j = eng.evaluate(1_700_000_000.0).judgements
+        for sid in ("server_crashed", "startup_oom", "startup_stalled"):
+            assert j[sid].firing is None and j[sid].detail, (sid, j[sid])
