@@ -17,7 +17,7 @@ _GRAPH_BS_STEPS = (256, 512, 768, 1024)
 @dataclass(frozen=True)
 class Recommendation:
     flag: str
-    action: str                 # increase | decrease | check
+    action: str                 # increase | decrease | check | hold (do not raise) | keep (changing it cannot help)
     current: object
     suggested: object
     signals: tuple[str, ...]
@@ -30,14 +30,31 @@ class Recommendation:
                 "reason": self.reason}
 
 
+# Firing, these say memory is short: more requests would only be retracted or run out of memory.
+PRESSURE_SIGNALS = ("retractions_frequent", "retraction_storm", "oom_prefill", "oom_decode", "startup_oom",
+                    "server_crashed", "gpu_headroom_low")
+KV_FULL = 0.9          # the guide's token-usage target: at or above it the KV cache is full
+
+
 def reconcile(judgements: dict[str, Judgement], server_args: dict, memory_config: dict,
-              headroom_bytes: float | None = None, total_gpu_bytes: float | None = None) -> list[Recommendation]:
+              headroom_bytes: float | None = None, total_gpu_bytes: float | None = None,
+              facts: dict | None = None) -> list[Recommendation]:
+    """facts (engine.advice_facts): `startup_oom_stage` picks a start-up OOM's advice, `graph_off_peak` is the
+    largest decode batch that ran without CUDA graph, `kv_full` whether a KV cache pool is full now."""
+    facts = facts or {}
+    stage = facts.get("startup_oom_stage") or "unknown"
     by_flag: dict[str, list[tuple[str, Advice]]] = {}
     for sid, j in judgements.items():
         if j.firing:
             for adv in SIGNALS_BY_ID[sid].advice:
-                by_flag.setdefault(adv.flag, []).append((sid, adv))
+                if not adv.when or stage in adv.when:
+                    by_flag.setdefault(adv.flag, []).append((sid, adv))
     out = []
+    held = _hold_rate(by_flag, judgements, facts.get("kv_full", False))
+    if held is not None:
+        out.append(held)
+    graph = _graph_check(by_flag, server_args, facts.get("graph_off_peak"))
+    out += graph
     for flag, items in by_flag.items():
         current = _current(flag, server_args, memory_config)
         moves = [(sid, a) for sid, a in items if a.action != "check"]
@@ -76,9 +93,10 @@ class Reconciler:
         self._advice: list[Recommendation] = []
 
     def __call__(self, judgements: dict[str, Judgement], server_args: dict, memory_config: dict,
-                 headroom_bytes: float | None = None, total_gpu_bytes: float | None = None) -> list[Recommendation]:
+                 headroom_bytes: float | None = None, total_gpu_bytes: float | None = None,
+                 facts: dict | None = None) -> list[Recommendation]:
         firing = tuple(sid for sid, j in judgements.items() if j.firing)
-        key = [firing, headroom_bytes, total_gpu_bytes]
+        key = [firing, headroom_bytes, total_gpu_bytes, facts]
         for name in _arg_names(firing):         # what _current() reads
             v = server_args.get(name)
             if v is None:
@@ -86,7 +104,8 @@ class Reconciler:
             key += (v.__class__, v)             # the type too: 1 and 1.0 are equal but print differently
         if key != self._key:
             self._key = key
-            self._advice = reconcile(judgements, server_args, memory_config, headroom_bytes, total_gpu_bytes)
+            self._advice = reconcile(judgements, server_args, memory_config, headroom_bytes, total_gpu_bytes,
+                                     facts)
         return list(self._advice)
 
 
@@ -95,7 +114,70 @@ def _arg_names(firing: tuple[str, ...]) -> tuple[str, ...]:
     """The server arguments behind the flags these signals advise on: all reconcile() reads of server_args
     and memory_config."""
     names = (_arg_name(adv.flag) for sid in firing for adv in SIGNALS_BY_ID[sid].advice)
-    return tuple(dict.fromkeys(n for n in names if n is not None))
+    # _graph_check reads these too
+    return tuple(dict.fromkeys(n for n in (*names, "disable_cuda_graph", "attention_backend") if n is not None))
+
+
+def _hold_rate(by_flag: dict, judgements: dict, full: bool) -> Recommendation | None:
+    """A short queue asks for more requests; while memory is short they would only be retracted or run out of
+    memory. Then the request rate is held (the pressure signal wins) and by_flag loses the increase."""
+    items = by_flag.get("request-rate")
+    if not items or not any(a.action == "increase" for _, a in items):
+        return None
+    winners = [sid for sid in PRESSURE_SIGNALS if judgements.get(sid) and judgements[sid].firing]
+    if not winners and not full:
+        return None
+    by_flag["request-rate"] = [(s, a) for s, a in items if a.action != "increase"]
+    if by_flag["request-rate"]:
+        return None               # another signal asks to lower the rate: that recommendation stands alone
+    del by_flag["request-rate"]
+    askers = [s for s, a in items if a.action == "increase"]
+    why = (f"{', '.join(winners)} fired" if winners else "") + \
+        (("; " if winners else "") + f"the KV cache is full (token usage >= {KV_FULL})" if full else "")
+    won = winners[0] if winners else "the full KV cache"
+    return Recommendation("request-rate", "hold", None, None, tuple(sorted(set(askers + winners))),
+                          _severity([(s, None) for s in askers + winners]),
+                          f"Do not send more requests while {why}: they would only wait, be retracted, run out "
+                          f"of memory or fail. {', '.join(askers)} asked to increase the request rate; {won} wins "
+                          "because memory pressure and failures come first; re-check once it clears.")
+
+
+def _graph_check(by_flag: dict, server_args: dict, peak) -> list[Recommendation]:
+    """Batches no larger than --cuda-graph-max-bs that ran without CUDA graph cannot be helped by raising it:
+    CUDA graph is disabled or does not apply (the guide: check it is not disabled, try another attention
+    backend). Raising is left only when the limit is not known (no server_args line)."""
+    items = by_flag.get("--cuda-graph-max-bs")
+    max_bs = _num(server_args.get("cuda_graph_max_bs"))
+    if not items or max_bs is None:
+        return []
+    raise_ = [(s, a) for s, a in items if a.action == "increase"]
+    if not raise_:
+        return []
+    by_flag["--cuda-graph-max-bs"] = [(s, a) for s, a in items if a.action != "increase"]
+    if not by_flag["--cuda-graph-max-bs"]:
+        del by_flag["--cuda-graph-max-bs"]
+    sids = _ids(raise_)
+    seen = f"batches of up to {int(peak)}" if peak else "small batches"
+    disabled = server_args.get("disable_cuda_graph")
+    out = [Recommendation("--cuda-graph-max-bs", "keep", max_bs if max_bs != int(max_bs) else int(max_bs), None,
+                          sids, _severity(raise_),
+                          f"{seen.capitalize()} ran without CUDA graph though --cuda-graph-max-bs is "
+                          f"{int(max_bs)}: raising it cannot help; CUDA graph is disabled or does not apply to "
+                          "them (see --disable-cuda-graph and --attention-backend).")]
+    checks = by_flag.pop("--disable-cuda-graph", [])
+    out.append(Recommendation("--disable-cuda-graph", "check", disabled if isinstance(disabled, bool) else None,
+                              False, _ids(checks) or sids, _severity(checks or raise_),
+                              ("CUDA graph is disabled on the command line: remove --disable-cuda-graph."
+                               if disabled is True else
+                               "Make sure CUDA graph is not disabled (--disable-cuda-graph, or a feature that "
+                               "turns it off).")))
+    if disabled is not True:
+        backend = server_args.get("attention_backend")
+        out.append(Recommendation("--attention-backend", "check", backend if isinstance(backend, str) else None,
+                                  None, sids, _severity(raise_),
+                                  "CUDA graph is on and still not used for these batches: this attention backend "
+                                  "may not support it here; try another one."))
+    return out
 
 
 def _ids(items) -> tuple[str, ...]:
@@ -144,6 +226,10 @@ def _suggest(flag, adv: Advice, current, server_args, memory_config, headroom, t
         return round(cur + 0.01, 2) if adv.action == "increase" else None
     if flag == "--max-running-requests" and cur is not None:
         return max(1, int(cur * 0.75)) if adv.action == "decrease" else int(cur * 1.5)
+    if flag == "--cuda-graph-max-bs" and adv.action == "decrease":
+        return max(1, int(cur) // 2) if cur is not None else None
+    if flag == "--tp-size" and adv.action == "increase":
+        return int(cur) * 2 if cur is not None else 2
     if flag == "--cuda-graph-max-bs" and adv.action == "increase":
         base = cur if cur is not None else 160
         return next((s for s in _GRAPH_BS_STEPS if s > base), int(base * 2))

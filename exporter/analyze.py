@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 from exporter.advice import reconcile
 from exporter.catalog import SIGNALS_BY_ID
 from exporter.config import Config
-from exporter.engine import Engine
+from exporter.engine import Engine, advice_facts, verdict
+from exporter.failures import STAGE_TEXT, TALLIED
 from exporter.ingest.events import as_event
 from exporter.ingest.pipeline import SourceParser, iter_file_item_lists
 from exporter.signals import Judgement
@@ -95,7 +96,8 @@ class Series:
 
 
 _MARKER_KINDS = {"oom": "oom", "watchdog_timeout": "watchdog", "server_ready": "restart",
-                 "scheduler_exception": "crash", "sigquit": "crash"}
+                 "scheduler_exception": "crash", "sigquit": "crash", "traceback": "crash", "subprocess_crash": "crash",
+                 "init_failed": "crash", "nccl_timeout": "crash", "health_check_failed": "crash"}
 
 
 def analyze(paths: list[str], config: Config, progress: bool | None = None, series: bool = False) -> dict:
@@ -111,6 +113,8 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
     lines_seen = 0
     time_only = False
     ingest_row = engine.ingest_row
+    untimed = []          # records before the first timestamp: they happened before it (serve gives them the
+                          # time they arrive, which is also no later than the next stamped line)
     for path in paths:
         sp = SourceParser(path)
         stats.append(sp)
@@ -120,14 +124,16 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                 ts = item[2] if row else item.ts
                 now = ts if ts is not None else last
                 if now is None:
-                    engine.ingest(as_event(item), 0.0)
+                    untimed.append(as_event(item))
                     continue
                 if last is not None and now < last:
                     now = last             # lines of several ranks can interleave slightly out of order
                 if first is None:
                     first, last_eval = now, now
+                    engine.state.observed_from = now
                     stamp = item[3] if row else item.time
                     time_only = stamp is not None and "T" not in stamp and "-" not in stamp
+                    _replay_untimed(engine, chart, untimed, now)
                 if now - last_eval >= step:
                     _catch_up(engine, chart, last_eval, now, step, stall)
                     last_eval = now
@@ -143,11 +149,28 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                 lines_seen = sp.lines
                 meter.update(min(total, sum(s.bytes for s in stats)), sum(s.lines for s in stats))
     meter.done()
+    timed = last is not None
+    if not timed and untimed:
+        # no timestamp at all: judged once, at an arbitrary 0, by what needs no clock (rates say unknown)
+        engine.state.clock_known = False
+        engine.state.observed_from = 0.0
+        _replay_untimed(engine, chart, untimed, 0.0)
+        last = 0.0
     if last is not None:
         engine.evaluate(last)
         if chart is not None:
             chart.sample(engine, last)
-    return _report(paths, config, engine, stats, first, last, time_only, chart)
+    return _report(paths, config, engine, stats, first if timed else None, last if timed else None, time_only,
+                   chart)
+
+
+def _replay_untimed(engine: Engine, chart, untimed: list, now: float) -> None:
+    for ev in untimed:
+        engine.ingest(ev, now)
+        if chart is not None and ev.kind in _MARKER_KINDS:
+            chart.markers.append({"t": now, "kind": _MARKER_KINDS[ev.kind], "line": ev.line,
+                                  "detail": ev.fields.get("phase") or ev.fields.get("component") or ""})
+    untimed.clear()
 
 
 def _catch_up(engine: Engine, chart, last_eval: float, now: float, step: float, stall: float) -> None:
@@ -178,16 +201,27 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
                  "final_state": h.state if h else "inactive",
                  "detail": engine.last.judgements[sid].detail if engine.last and sid in engine.last.judgements
                  else ""}
+        entry["known"] = bool(h and h.known)
         if h:
-            entry["intervals"] = [{"start": iso(s, time_only), "end": iso(e if e is not None else last, time_only),
-                                   "start_ts": s, "end_ts": e if e is not None else last, "worst": w}
+            timed = st.clock_known
+            entry["intervals"] = [{"start": iso(s, time_only) if timed else None,
+                                   "end": iso(e if e is not None else last, time_only) if timed else None,
+                                   "start_ts": s if timed else None,
+                                   "end_ts": (e if e is not None else last) if timed else None, "worst": w}
                                   for s, e, w in h.intervals]
             entry["dropped_intervals"] = h.dropped_intervals
             entry["worst"] = h.worst
             if h.fired:
                 fired_judgements[sid] = Judgement(sid, sig.severity, True, h.worst)
         signals.append(entry)
-    advice = reconcile(fired_judgements, st.server_args, st.memory_config, st.headroom_bytes, st.total_gpu_bytes)
+    facts = advice_facts(st)
+    # the stage of the start-up OOM that fired (a later ready line clears the tracker, not the history)
+    facts["startup_oom_stage"] = engine.startup_oom_stage
+    advice = reconcile(fired_judgements, st.server_args, st.memory_config, st.headroom_bytes, st.total_gpu_bytes,
+                       facts)
+    verdict_name, verdict_reason = verdict((s["id"] for s in signals if s["fired"]),
+                                           (s["id"] for s in signals if s.get("known")),
+                                           _missing(st, stats, first))
     unparsed: dict = {}
     for sp in stats:
         for reason, n in sp.parser.unparsed.items():
@@ -197,7 +231,7 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
         "sources": list(paths),
         "profile": config.profile,
         "span": {"start": iso(first, time_only), "end": iso(last, time_only),
-                 "seconds": (last - first) if first is not None and last is not None else 0},
+                 "seconds": (last - first) if first is not None and last is not None else None},
         "lines": {"read": sum(sp.lines for sp in stats), "recognised": sum(sp.parser.recognised for sp in stats),
                   "cut": sum(sp.cut for sp in stats), "unparsed": unparsed},
         "events": dict(sorted(st.events_total.items())),
@@ -208,7 +242,12 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
         "startup": {"server_args": {k: st.server_args[k] for k in _SERVER_ARGS_SHOWN if k in st.server_args},
                     "memory_config": dict(st.memory_config),
                     "gpu_headroom_bytes": st.headroom_bytes},
-        "verdict": "problems" if any(s["fired"] for s in signals) else "healthy",
+        "verdict": verdict_name,
+        "verdict_reason": verdict_reason,
+        "failures": [{**f, "time": iso(f["t"], time_only) if st.clock_known else None}
+                     for f in engine.failures_seen],
+        "counts": _counts(st, time_only),
+        "oom_phases": dict(st.oom_total),
         "signals": signals,
         "advice": [r.to_json() for r in advice],
     }
@@ -217,19 +256,91 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
     return report
 
 
+def _missing(st, stats, first) -> str:
+    """What a log lacks for a health verdict (the reason of `insufficient data`)."""
+    if not any(sp.parser.recognised for sp in stats):
+        return "no SGLang log record recognised"
+    gaps = []
+    if first is None:
+        gaps.append("no timestamps")
+    batches = st.events_total.get("decode_batch", 0) + st.events_total.get("prefill_batch", 0)
+    if not batches:
+        startup = any(st.events_total.get(k) for k in ("server_args", "memory_config", "load_weight", "server_ready"))
+        gaps.append("no batch lines; start-up facts only" if startup else "no batch lines")
+    elif not st.events_total.get("decode_batch"):
+        gaps.append("no decode batch lines")
+    else:
+        gaps.append("too few batch samples in any window to judge")
+    return "; ".join(gaps)
+
+
+def _counts(st, time_only: bool) -> dict:
+    """Count, first and last time of the events a failing log is read for (always all of them)."""
+    out = {}
+    for name in TALLIED:
+        n, t0, t1 = st.failures.tally.get(name, (0, None, None))
+        if not st.clock_known:
+            t0 = t1 = None
+        out[name] = {"count": n, "first": iso(t0, time_only), "last": iso(t1, time_only)}
+    return out
+
+
+_VERDICT_TEXT = {"failed": "the server failed", "problems": "problems found", "healthy": "nothing fired",
+                 "insufficient data": "too little to judge health"}
+_COUNT_NAMES = {"retractions": "retractions", "ooms": "OOMs", "exceptions": "exceptions",
+                "watchdog_timeouts": "watchdog timeouts", "restarts": "restarts"}
+
+
+def headline(report: dict) -> str:
+    """The report's first line: the verdict and what it rests on."""
+    v = report["verdict"]
+    line = f"Verdict: {v.upper()}: {_VERDICT_TEXT[v]}"
+    if v == "failed":
+        last = {}
+        for f in report.get("failures", []):
+            last[f["signal"]] = f
+        # a start-up OOM says more than the crash it caused (its stage picks the advice)
+        first = last.get("startup_oom") or next(iter(last.values()), None)
+        if first is not None:
+            where = f" while {STAGE_TEXT[first['stage']]}" if first.get("stage") else ""
+            line += f"{where} ({report['verdict_reason']}); cause ({first['cause_class']}): {first['cause']}"
+        else:
+            line += f" ({report['verdict_reason']})"
+    elif v == "problems":
+        line += f" ({report['verdict_reason']})"
+    elif v == "insufficient data":
+        line += f": {report['verdict_reason']}"
+    return line
+
+
 def render_text(report: dict) -> str:
-    out = []
+    out = [headline(report)]
     span = report["span"]
-    out.append(f"sglang-exporter analyze: {', '.join(report['sources'])}")
-    out.append(f"  profile {report['profile']}, {span['start']} .. {span['end']} ({span['seconds']:.0f} s), "
+    when = "no timestamps" if span["start"] is None else \
+        f"{span['start']} .. {span['end']} ({span['seconds']:.0f} s)"
+    out.append(f"  {', '.join(report['sources'])}: profile {report['profile']}, {when}, "
                f"format {report['format_family'] or 'unknown'}, model {report['model'] or 'unknown'}")
     lines = report["lines"]
     unparsed = ", ".join(f"{k} {v}" for k, v in sorted(lines["unparsed"].items())) or "none"
     out.append(f"  lines {lines['read']:,} read, {lines['recognised']:,} records recognised; unparsed: {unparsed}")
-    if report["restarts"]:
-        out.append(f"  SGLang restarted {report['restarts']} time(s)")
+    counts = []
+    for name, c in report["counts"].items():
+        text = f"{_COUNT_NAMES[name]} {c['count']}"
+        if c["count"] and c["first"] is not None:
+            text += f" ({c['first']}" + (f" .. {c['last']})" if c["last"] != c["first"] else ")")
+        counts.append(text)
+    out.append("  events: " + "; ".join(counts))
+    failures = report.get("failures", [])
+    if failures:
+        out.append("")
+        out.append("Failures:")
+        for f in failures:
+            stage = f" while {STAGE_TEXT[f['stage']]}" if f.get("stage") else ""
+            line = f" (line {f['line']})" if f.get("line") else ""
+            out.append(f"  {f['signal']}{stage} at {f['time'] or 'an unknown time'}{line}")
+            out.append(f"      cause ({f['cause_class']}): {f['cause']}")
     out.append("")
-    out.append(f"Verdict: {report['verdict'].upper()}")
+    out.append("Signals:")
     for s in report["signals"]:
         if not s["active"]:
             continue
@@ -238,10 +349,14 @@ def render_text(report: dict) -> str:
             first_iv = ivs[0]
             more = f" (+{len(ivs) - 1} more)" if len(ivs) > 1 else ""
             worst = format_value(s["worst"], s["unit"])
-            out.append(f"  FIRED  {s['id']:<28} {s['severity']:<8} worst {worst:<14} "
-                       f"{first_iv['start']} .. {first_iv['end']}{more}")
+            span_text = "" if first_iv["start"] is None else f"{first_iv['start']} .. {first_iv['end']}{more}"
+            out.append(f"  FIRED    {s['id']:<28} {s['severity']:<8} worst {worst:<14} {span_text}".rstrip())
+            if s["detail"]:
+                out.append(f"           {s['detail']}")
+        elif s["known"]:
+            out.append(f"  ok       {s['id']:<28} {s['severity']:<8} {s['detail']}".rstrip())
         else:
-            out.append(f"  ok     {s['id']:<28} {s['severity']:<8} ({s['final_state']})")
+            out.append(f"  unknown  {s['id']:<28} {s['severity']:<8} {s['detail'] or 'not judged'}".rstrip())
     if report["advice"]:
         out.append("")
         out.append("Advice:")
@@ -252,7 +367,8 @@ def render_text(report: dict) -> str:
             out.append(f"      {a['reason']}")
     else:
         out.append("")
-        out.append("Advice: none; nothing to tune.")
+        out.append("Advice: none; nothing to tune." if report["verdict"] != "insufficient data"
+                   else "Advice: none; too little was judged to advise.")
     return "\n".join(out) + "\n"
 
 

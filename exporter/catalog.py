@@ -37,6 +37,8 @@ class Advice:
     reason: str
     # Following it lowers memory pressure (OOM / retraction risk). Wins a tie between opposite directions.
     relieves_pressure: bool = False
+    # The start-up stages (exporter.failures.STAGES) it applies to; empty: always.
+    when: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class Signal:
     alert: AlertSpec | None = None
     guide: str = ""           # the tuning-guide sentence it encodes, paraphrased
     family: str = ""          # signals of one family: the family's critical alert silences its warnings
+    failure: bool = False     # the server failed (crashed, could not start): the verdict is `failed`
 
     def params(self, profile: str) -> dict | None:
         """Thresholds in force for `profile`, or None when the signal is inactive there."""
@@ -176,10 +179,11 @@ SIGNALS: tuple[Signal, ...] = (
         impact="Retracted requests are recomputed: wasted GPU time and longer latency for them.",
         severity="warning",
         inputs=("retraction", "sglang:num_retracted_requests_total", "sglang:total_retracted_reqs"),
-        formula="retraction events per minute over the window > `per_minute`",
+        formula="retraction events per minute over the window > `per_minute` (observed less than a window: "
+                "over the span observed, at least `min_span_seconds`)",
         value_unit="per_minute",
         window_seconds=600,
-        defaults={"per_minute": 1.0},
+        defaults={"per_minute": 1.0, "min_span_seconds": 60},
         profiles={},
         advice=(_CONS_UP,),
         alert=AlertSpec("SGLangRetractionsFrequent", "10m",
@@ -199,10 +203,11 @@ SIGNALS: tuple[Signal, ...] = (
                "spikes. Pages.",
         severity="critical",
         inputs=("retraction", "sglang:num_retracted_requests_total", "sglang:total_retracted_reqs"),
-        formula="retraction events per minute over the window >= `per_minute`",
+        formula="retraction events per minute over the window >= `per_minute` (observed less than a window: "
+                "over the span observed, at least `min_span_seconds`)",
         value_unit="per_minute",
         window_seconds=300,
-        defaults={"per_minute": 10.0},
+        defaults={"per_minute": 10.0, "min_span_seconds": 30},
         profiles={},
         advice=(_CONS_UP, _MRR_DOWN,
                 Advice("--mem-fraction-static", "check", None,
@@ -388,7 +393,12 @@ SIGNALS: tuple[Signal, ...] = (
     ),
 )
 
+
+from exporter.catalog_failures import FAILURE_SIGNALS  # noqa: E402 (it builds on the classes above)
+
+SIGNALS = SIGNALS + FAILURE_SIGNALS
 SIGNALS_BY_ID = {s.id: s for s in SIGNALS}
+FAILURE_IDS = tuple(s.id for s in SIGNALS if s.failure)
 
 
 # Alerts that watch the monitoring itself rather than SGLang's health.
@@ -468,6 +478,10 @@ METRICS: tuple[MetricSpec, ...] = (
                "names (ratio, per_minute, bytes, count, seconds).", ("signal",)),
     MetricSpec(f"{NS}_signal_state_duration_seconds", "gauge", "Seconds the signal has been in its current "
                "state.", ("signal",)),
+    MetricSpec(f"{NS}_failure_cause_info", "gauge", "The cause of a firing failure signal: the last exception "
+               "line of the traceback (at most 200 characters) and its class (cuda_oom, nccl, timeout, assertion, "
+               "import_config, killed, health_check, startup_hung, other); always 1.",
+               ("signal", "cause_class", "cause")),
     MetricSpec(f"{NS}_advice_info", "gauge", "A reconciled tuning recommendation (always 1).",
                ("flag", "action", "current", "suggested", "signals")),
     # raw values the dashboards plot (latest sample per rank)

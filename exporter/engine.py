@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter.advice import Recommendation, Reconciler
+from exporter.advice import KV_FULL, Recommendation, Reconciler
+from exporter.catalog import FAILURE_IDS
 from exporter.config import Config
 from exporter.ingest.events import Event
 from exporter.signals import Evaluator, Judgement, Sources
@@ -24,6 +25,7 @@ class SignalHistory:
     dropped_intervals: int = 0
     worst: float | None = None
     fired: bool = False
+    known: bool = False             # judged (firing or ok) at least once
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Engine:
         self.sources = Sources(log_up=log_fed, metrics_up=False)
         self.history: dict[str, SignalHistory] = {sid: SignalHistory() for sid, p in self.params.items() if p}
         self.last: Snapshot | None = None
+        self.failures_seen: list[dict] = []     # each failure signal's firing with its cause, in order (analyze)
+        self.startup_oom_stage: str | None = None   # the stage of the last start-up OOM that fired
         self._evaluate = Evaluator(self.params)
         self._reconcile = Reconciler()
         # the hot path of `analyze` (one call per log record): the state's own methods, one call less per line
@@ -66,6 +70,8 @@ class Engine:
                 apply_event(item, now)
 
     def ingest_scrape(self, scrape, now: float) -> None:
+        if self.state.observed_from is None:
+            self.state.observed_from = now
         self.state.apply_scrape(scrape, now)
 
     def set_sources(self, log_up: bool | None = None, metrics_up: bool | None = None) -> None:
@@ -74,14 +80,33 @@ class Engine:
 
     def evaluate(self, now: float) -> Snapshot:
         st = self.state
+        if st.observed_from is None:
+            st.observed_from = now
         st.expire(now)
         judgements = self._evaluate(st, self.sources, now)
         for sid in self._evaluate.changed:    # an unchanged judgement was tracked already: nothing to record
-            self._track(sid, judgements[sid], now)
+            j = judgements[sid]
+            self._track(sid, j, now)
+            if j.firing and j.cause is not None and sid in FAILURE_IDS:
+                self._failure(sid, j, now)
         advice = self._reconcile(judgements, st.server_args, st.memory_config, st.headroom_bytes,
-                                 st.total_gpu_bytes)
+                                 st.total_gpu_bytes, advice_facts(st, judgements))
         self.last = Snapshot(now, judgements, advice, self.history)
         return self.last
+
+    def _failure(self, sid: str, j: Judgement, now: float) -> None:
+        fl = self.state.failures
+        rec = {"crash": fl.crash, "oom": fl.startup_oom}.get({"server_crashed": "crash",
+                                                              "startup_oom": "oom"}.get(sid, ""))
+        entry = {"signal": sid, "t": rec.t if rec is not None else now, "cause_class": j.cause[0],
+                 "cause": j.cause[1], "line": rec.line if rec is not None else None}
+        if sid == "startup_oom":
+            entry["stage"] = self.startup_oom_stage = fl.startup_oom_stage
+        same = next((e for e in reversed(self.failures_seen) if e["signal"] == sid), None)
+        if same is not None and same["t"] == entry["t"]:
+            same.update(entry)           # the same failure, its cause line improved
+        elif len(self.failures_seen) < MAX_INTERVALS:
+            self.failures_seen.append(entry)
 
     def _track(self, sid: str, j: Judgement, now: float) -> None:
         h = self.history[sid]
@@ -96,6 +121,7 @@ class Engine:
                 h.intervals.append([now, None, j.value])
                 h.fired = True
             h.state, h.since = new, now
+            h.known = h.known or new != "unknown"
         if new == "firing" and j.value is not None:
             iv = h.intervals[-1]
             iv[2] = j.value if iv[2] is None else _worse(sid, iv[2], j.value)
@@ -105,3 +131,47 @@ class Engine:
 def _worse(sid: str, a: float, b: float) -> float:
     """The worse of two values: lower is worse for headroom-low, higher for everything else."""
     return min(a, b) if sid == "gpu_headroom_low" else max(a, b)
+
+
+# Signals judged from serving (batch samples, retractions, /metrics): without one of them judged, a log that
+# fired nothing is not shown healthy, only its start-up facts were seen.
+SERVING_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped",
+                   "cuda_graph_off_small_batch", "stalled", "latency_high")
+
+
+def verdict(fired, known, missing: str = "") -> tuple[str, str]:
+    """(verdict, why) from the signals that fired and those that could be judged.
+
+    failed: a failure signal fired; problems: another signal fired; healthy: serving signals were judged and
+    none fired; insufficient data: nothing fired and no serving signal could be judged (`missing` says why)."""
+    fired, known = set(fired), set(known)
+    failures = [sid for sid in FAILURE_IDS if sid in fired]
+    if failures:
+        return "failed", ", ".join(failures)
+    if fired:
+        return "problems", ", ".join(sorted(fired))
+    if any(sid in known for sid in SERVING_SIGNALS):
+        return "healthy", f"{len(known)} signals judged, none fired"
+    return "insufficient data", missing or "no serving signal could be judged"
+
+
+def advice_facts(st: ServerState, judgements: dict | None = None) -> dict:
+    """What advice needs beyond the judgements: the start-up OOM's stage, the largest decode batch that ran
+    without CUDA graph, and whether a KV cache pool is full now. With `judgements`, only what the firing signals'
+    advice reads (the reconciler's cache then holds while nothing relevant changes)."""
+    def firing(sid):
+        if judgements is None:
+            return True
+        j = judgements.get(sid)
+        return j is not None and j.firing
+    out = {}
+    if firing("startup_oom"):
+        out["startup_oom_stage"] = st.failures.startup_oom_stage
+    if firing("cuda_graph_off_small_batch"):
+        out["graph_off_peak"] = st.graph_off_peak
+    if firing("queue_below_range"):
+        ranks = st.schedulers() if st.log_fed else st.ranks
+        usages = [rv.usage for rv in ranks.values() if rv.usage is not None]
+        # only whether it is full: a usage that moves each evaluation would defeat the reconciler's cache
+        out["kv_full"] = bool(usages) and max(usages) >= KV_FULL
+    return out

@@ -96,6 +96,12 @@ def families(view: View, errors: Counter | None = None) -> list:
     build(f"{NS}_signal_value", value)
     build(f"{NS}_signal_state_duration_seconds", duration)
 
+    def causes(fam):
+        for sid, j in sorted(snap.judgements.items()):
+            if j.firing and j.cause is not None:
+                fam.add_metric([sid, j.cause[0], j.cause[1][:200]], 1.0)
+    build(f"{NS}_failure_cause_info", causes)
+
     def advice(fam):
         for r in snap.advice:
             fam.add_metric([r.flag, r.action, _fmt(r.current), _fmt(r.suggested), ",".join(r.signals)], 1.0)

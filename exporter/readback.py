@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 
 from exporter.ingest.events import as_event
@@ -144,12 +145,14 @@ def last_timestamp(path: str, end: int) -> float | None:
     return latest
 
 
-def clock_offset(path: str, end: int) -> float | None:
-    """Seconds to add to the log's timestamps to get real time; None when the log carries no timestamps.
+def clock_offset(path: str, end: int, now: float | None = None) -> float | None:
+    """Seconds to add to the log's timestamps to get the reader's time; None when the log has no timestamps.
 
     The file's mtime is when its last line was written. The difference to that line's own timestamp is the
     log clock's zone (plus a few seconds of delay): snapped to the nearest quarter hour when it is that close
-    to one, taken as measured otherwise (a clock that is simply off)."""
+    to one, taken as measured otherwise (a clock that is simply off). `now` is the reader's clock reading:
+    the file's age is measured in real time and counted back from it (a reader whose clock is not the wall
+    clock, such as a test's, gets offsets on its own clock)."""
     ts = last_timestamp(path, end)
     if ts is None:
         return None
@@ -157,6 +160,8 @@ def clock_offset(path: str, end: int) -> float | None:
         mtime = os.stat(path).st_mtime
     except OSError:
         return None
+    if now is not None:
+        mtime = now - (time.time() - mtime)
     diff = mtime - ts
     zone = round(diff / _ZONE_STEP) * _ZONE_STEP
     return zone if abs(diff - zone) <= _ZONE_SLACK else diff

@@ -13,7 +13,9 @@ import re
 from datetime import datetime, timezone
 
 from exporter.analyze import format_value
+from exporter.analyze import headline as headline_text
 from exporter.catalog import SIGNALS_BY_ID
+from exporter.failures import STAGE_TEXT
 
 MAX_POINTS = 1200          # buckets per chart; each keeps its min and max so peaks survive
 MAX_RANK_LINES = 16
@@ -150,14 +152,20 @@ def _esc(x) -> str:
 
 
 def _page(report: dict, charts: list[str]) -> str:
-    fired = [s for s in report["signals"] if s["fired"]]
     verdict = report["verdict"]
-    if fired:
-        worst = max(fired, key=lambda s: {"critical": 3, "warning": 2, "info": 1}[s["severity"]])
-        headline = (f"{len(fired)} signal(s) fired; the most severe: <b>{_esc(worst['title'])}</b> "
-                    f"({_esc(worst['severity'])}).")
-    else:
-        headline = "No health signal fired: nothing to tune."
+    headline = _esc(headline_text(report).split(": ", 2)[2])     # the text report's first line, less "Verdict"
+    failures = "".join(
+        f"<tr><td>{_esc(f['signal'])}</td><td>{_esc(STAGE_TEXT.get(f.get('stage'), ''))}</td>"
+        f"<td>{_esc(f['time'] or 'no timestamp')}</td><td>{_esc(f['cause_class'])}</td>"
+        f"<td><code>{_esc(f['cause'])}</code></td></tr>" for f in report.get("failures", []))
+    if failures:
+        failures = ("<table class='failures'><tr><th>failure</th><th>while</th><th>at</th><th>class</th>"
+                    f"<th>cause line</th></tr>{failures}</table>")
+    counts = " · ".join(
+        f"{_esc(name.replace('_', ' '))} {c['count']}"
+        + (f" ({_esc(c['first'])}" + (f" – {_esc(c['last'])})" if c["last"] != c["first"] else ")")
+           if c["count"] and c["first"] else "")
+        for name, c in report.get("counts", {}).items())
     advice_rows = "".join(
         f"<tr><td><code>{_esc(a['flag'])}</code></td><td>{_esc(a['action'])}</td><td>{_esc(a['current'])}</td>"
         f"<td><b>{_esc(a['suggested'])}</b></td><td>{_esc(', '.join(a['signals']))}</td>"
@@ -174,7 +182,7 @@ def _page(report: dict, charts: list[str]) -> str:
         when = "; ".join(f"{_esc(iv['start'])} – {_esc(iv['end'])}" for iv in ivs[:5])
         if len(ivs) > 5:
             when += f"; +{len(ivs) - 5} more"
-        state = "fired" if s["fired"] else s["final_state"]
+        state = "fired" if s["fired"] else ("ok" if s.get("known") else "unknown: " + (s["detail"] or "not judged"))
         worst = format_value(s["worst"], s["unit"], missing="–")
         sig_rows.append(f"<tr class='{'fired' if s['fired'] else 'quiet'}'><td>{_esc(s['title'])}</td>"
                         f"<td>{_esc(s['severity'])}</td><td>{_esc(state)}</td><td>{worst}</td>"
@@ -191,15 +199,17 @@ def _page(report: dict, charts: list[str]) -> str:
     events = "".join(f"<tr><td>{_esc(k)}</td><td>{v:,}</td></tr>" for k, v in report["events"].items())
     legend = " ".join(f"<span style='color:{c}'>▎{n}</span>" for c, n in _MARKER_STYLE.values())
     span = report["span"]
+    when = "no timestamps" if span["start"] is None else \
+        f"{_esc(span['start'])} → {_esc(span['end'])} ({span['seconds']:.0f} s)"
     title = f"SGLang log analysis – {', '.join(report['sources'])}"
     body = f"""
 <header><h1>{_esc(title)}</h1>
-<p class="meta">{_esc(span['start'])} → {_esc(span['end'])} ({span['seconds']:.0f} s)
+<p class="meta">{when}
 · profile <b>{_esc(report['profile'])}</b>
 · format {_esc(report['format_family'] or 'unknown')} · model {_esc(report['model'] or 'unknown')}
 · restarts {report['restarts']}</p></header>
-<section id="verdict" class="verdict {_esc(verdict)}"><h2>Verdict: {_esc(verdict.upper())}</h2>
-<p>{headline}</p></section>
+<section id="verdict" class="verdict {_esc(verdict.replace(' ', '-'))}"><h2>Verdict: {_esc(verdict.upper())}</h2>
+<p>{headline}</p>{failures}<p class="meta">{counts}</p></section>
 <section id="advice"><h2>What to change</h2>{advice}</section>
 <section id="signals"><h2>Signals</h2><table><tr><th>signal</th><th>severity</th><th>state</th><th>worst</th>
 <th>fired</th></tr>{''.join(sig_rows)}</table></section>
@@ -215,7 +225,8 @@ def _page(report: dict, charts: list[str]) -> str:
 color:#222}h1{font-size:20px}h2{font-size:16px;border-bottom:1px solid #ddd;padding-bottom:4px}.meta{color:#555}
 table{border-collapse:collapse;margin:6px 0 14px}td,th{border:1px solid #ddd;padding:4px 8px;font-size:13px;
 text-align:left;vertical-align:top}.verdict{padding:8px 14px;border-radius:6px}.verdict.healthy{background:#eafaf1}
-.verdict.problems{background:#fdedec}tr.fired td{background:#fef5e7}figure.chart{margin:0 0 8px}
+.verdict.problems,.verdict.failed{background:#fdedec}
+.verdict.insufficient-data{background:#fef9e7}tr.fired td{background:#fef5e7}figure.chart{margin:0 0 8px}
 figure.chart svg{width:100%;height:auto}.legend{font-size:12px;color:#555}"""
     doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)}</title>"
            f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "

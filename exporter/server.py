@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCol
 from exporter import __version__
 from exporter.catalog import SIGNALS_BY_ID
 from exporter.config import ConfigError
+from exporter.engine import SERVING_SIGNALS, verdict
 from exporter.expose import SidecarCollector
 from exporter.listener import Limits, Listener, Request, Response
 
@@ -40,9 +41,13 @@ def signals_document(view) -> dict:
             "since": h.since if h else None,
             "advice": [a.flag for a in sig.advice],
             "runbook_url": sig.runbook_url,
+            "cause": {"class": j.cause[0], "line": j.cause[1]} if j.firing and j.cause else None,
         })
+    name, why = verdict((j.id for j in snap.judgements.values() if j.firing),
+                        (j.id for j in snap.judgements.values() if j.firing is not None),
+                        next((j.detail for sid, j in snap.judgements.items() if sid in SERVING_SIGNALS), ""))
     return {"version": view.version, "profile": view.profile, "time": snap.now, "model": view.model,
-            "format_family": view.format_family, "signals": signals,
+            "format_family": view.format_family, "verdict": name, "verdict_reason": why, "signals": signals,
             "advice": [r.to_json() for r in snap.advice]}
 
 

@@ -118,7 +118,7 @@ class Sidecar:
                 offset = min(int(pos.get("offset", 0)), size)
                 first = readback.find_startup(path, offset, cfg.readback_bytes, cfg.max_line_bytes)
                 if first is not None:
-                    self._replay(path, first, offset, readback.clock_offset(path, size))
+                    self._replay(path, first, offset, readback.clock_offset(path, size, self.clock()))
                 continue
             if pos is not None:
                 continue                  # rotated or truncated while we were down: the follower sorts it out
@@ -132,7 +132,7 @@ class Sidecar:
                     log.info("log %s: no SGLang start-up in its last %d bytes; joining at the end "
                              "(start-up facts unknown until SGLang prints them)", path, cfg.readback_bytes)
             if ranges:
-                counted.append((path, ranges, readback.clock_offset(path, size)))
+                counted.append((path, ranges, readback.clock_offset(path, size, self.clock())))
             start_at[path] = position_at(path, size, dev, ino)
         if saved is not None:
             # the facts-only replays above counted lines the saved counters already hold: those win
@@ -160,7 +160,8 @@ class Sidecar:
             for block in self.follower.poll_blocks():
                 if block.source not in offsets:
                     end = readback.complete_end(block.source)
-                    offsets[block.source] = readback.clock_offset(block.source, end[0]) if end else None
+                    offsets[block.source] = (readback.clock_offset(block.source, end[0], self.clock())
+                                             if end else None)
                 self._ingest_history(self.log_sources.feed_blocks([block]), offsets[block.source])
             if not self.follower.backlog:
                 break
@@ -187,6 +188,7 @@ class Sidecar:
         undated = now - HISTORY_UNDATED_AGE
         engine = self.engine
         last = self._history_t
+        first_t = None
         with self.lock:
             for item in items:
                 row = item.__class__ is tuple
@@ -198,10 +200,17 @@ class Sidecar:
                     last = t
                 else:
                     t = last if last is not None else undated
+                if first_t is None:
+                    first_t = t
                 if row:
                     engine.ingest_row(item, t)
                 else:
                     engine.ingest(item, t)
+            if first_t is not None:
+                # observation began where the history does: a rate over a short watch is taken over the span the
+                # history covers, not over the instant it was read in
+                seen = engine.state.observed_from
+                engine.state.observed_from = first_t if seen is None else min(seen, first_t)
         self._history_t = last
 
     # ------------------------------------------------------------------ feeding

@@ -6,9 +6,11 @@ No clocks, no I/O, no mutation: the same function judges a live server (arrival 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 from exporter.catalog import SIGNALS
+from exporter.failures import STAGE_TEXT
 from exporter.state import ServerState
 
 
@@ -26,6 +28,7 @@ class Judgement:
     firing: bool | None      # None: cannot be judged now
     value: float | None
     detail: str = ""
+    cause: tuple | None = None     # a firing failure signal's (cause class, cause line)
 
 
 def evaluate(state: ServerState, params: dict, sources: Sources, now: float) -> dict[str, Judgement]:
@@ -55,10 +58,11 @@ class Evaluator:
             said = judge(state, p, sources, now, window)
             seen = last.get(sid)
             if seen is None or seen[0] != said:
-                firing, value, detail = said
+                firing, value, detail = said[:3]
                 if detail.__class__ is not str:
                     detail = detail[0].format(*detail[1:])
-                seen = last[sid] = (said, Judgement(sid, severity, firing, value, detail))
+                seen = last[sid] = (said, Judgement(sid, severity, firing, value, detail,
+                                                    said[3] if len(said) > 3 else None))
                 changed.append(sid)
             out[sid] = seen[1]
         return out
@@ -86,12 +90,27 @@ def _fraction(sid: str, want: str):
     return judge
 
 
+def observed_window(state: ServerState, now: float, window: float, min_span: float) -> float:
+    """The span a rate is taken over: the signal's window, or, when observation (the log, the sidecar's life)
+    began less than a window ago, the span observed, but never less than `min_span`: a burst in the first
+    seconds of a short log is rated over what was seen, not diluted over minutes nobody watched."""
+    if state.observed_from is None:
+        return window
+    return min(window, max(now - state.observed_from, min_span))
+
+
 def _retractions(strict: bool):
     def judge(state, p, sources, now, window):
         if not (sources.log_up or (sources.metrics_up and not state.log_fed)):
             return None, None, "no live source of retraction events"
-        rate = state.retractions_per_minute(now, window)
+        if not state.clock_known:
+            return None, None, "no timestamps: a rate needs the time between events"
+        span = observed_window(state, now, window, p.get("min_span_seconds", window))
+        rate = state.retractions_per_minute(now, span)
         firing = rate >= p["per_minute"] if strict else rate > p["per_minute"]
+        if span < window:
+            return firing, rate, ("{:.2f} retractions per minute over the {:.0f} s observed (shorter than the "
+                                  "{:.0f} min window)", rate, span, window / 60)
         return firing, rate, ("{:.2f} retractions per minute over {:.0f} min", rate, window / 60)
     return judge
 
@@ -126,6 +145,8 @@ def _oom(phase: str):
 def _stalled(state, p, sources, now, window):
     if not (sources.log_up or sources.metrics_up):
         return None, None, "no live source"
+    if not state.clock_known:
+        return None, None, "no timestamps: a stall is time without progress"
     dogs = state.watchdogs.count_since(now - window)
     if state.last_progress_t is None:
         if dogs:
@@ -143,6 +164,58 @@ def _stalled(state, p, sources, now, window):
         return True, age, ("no progress for {:.0f} s with {:.0f} requests pending; {} watchdog timeouts", age,
                            waiting, dogs)
     return stuck, age, ("no progress for {:.0f} s with {:.0f} requests pending", age, waiting)
+
+
+def _crashed(state, p, sources, now, window):
+    if not sources.log_up:
+        return None, None, "crashes are read from logs; no log source is up"
+    fl = state.failures
+    if fl.crash is None:
+        if not state.events_total:
+            return None, None, "no SGLang log record read yet"
+        return False, 0.0, "no failure since the last ready line"
+    c = fl.crash
+    return (fl.crash_events >= p["min_events"], float(fl.crash_events),
+            ("{} failure events since {}; cause ({}): {}", fl.crash_events, _clock(c.t), c.cause_class, c.cause),
+            (c.cause_class, c.cause))
+
+
+def _startup_oom(state, p, sources, now, window):
+    if not sources.log_up:
+        return None, None, "OOMs are read from logs; no log source is up"
+    fl = state.failures
+    if fl.startup_oom is None:
+        if not state.events_total:
+            return None, None, "no SGLang log record read yet"
+        return False, 0.0, "no out-of-memory during start-up since the last ready line"
+    c = fl.startup_oom
+    return (fl.startup_oom_events >= p["min_events"], float(fl.startup_oom_events),
+            ("out of memory while {}; cause: {}", STAGE_TEXT.get(fl.startup_oom_stage, "starting"), c.cause),
+            (c.cause_class, c.cause))
+
+
+def _startup_stalled(state, p, sources, now, window):
+    if not sources.log_up:
+        return None, None, "start-up is read from logs; no log source is up"
+    fl = state.failures
+    if not state.clock_known:
+        return None, None, "no timestamps: a start-up's duration is not known"
+    age = fl.stalled_for(now)
+    if age is None:
+        if fl.ready:
+            return False, 0.0, "the current start-up printed its ready line"
+        return None, None, "no server_args line of a start-up seen"
+    limit = p["startup_seconds"]
+    if age <= limit:
+        return False, age, ("starting for {:.0f} s, no ready line yet (limit {:.0f} s)", age, limit)
+    # the cause is a label of the alert and of failure_cause_info: it must not change with the age
+    cause = f"no ready line within {limit:.0f} s of the server arguments (last stage: {STAGE_TEXT[fl.stage]})"
+    return True, age, ("starting for {:.0f} s: {}", age, cause), ("startup_hung", cause)
+
+
+def _clock(t: float) -> str:
+    """A log time for a detail (time-only logs, SGLang 0.3.0-0.3.3, count seconds from their first day)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S" if t >= 10 * 86400 else "%H:%M:%S", time.gmtime(t))
 
 
 _LATENCY = (("ttft_p99_seconds", ("time_to_first_token_seconds",)),
@@ -213,5 +286,8 @@ _JUDGES = {
     "oom_decode": _oom("decode"),
     "stalled": _stalled,
     "latency_high": _latency,
+    "server_crashed": _crashed,
+    "startup_oom": _startup_oom,
+    "startup_stalled": _startup_stalled,
 }
 assert set(_JUDGES) == {s.id for s in SIGNALS}, "every catalog signal needs a judge"

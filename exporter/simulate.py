@@ -54,7 +54,10 @@ DEFAULT_SERVER_ARGS = {
     "cuda_graph_max_bs": 160,
     "disable_cuda_graph": False,
 }
-EVENT_KINDS = ("oom_prefill", "oom_decode", "watchdog", "restart")
+EVENT_KINDS = ("oom_prefill", "oom_decode", "watchdog", "restart", "crash")
+# the last line of the traceback a `crash` event prints (an NCCL error in the scheduler, then sigquit)
+CRASH_CAUSE = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled "
+               "system error (run with NCCL_DEBUG=INFO for details)")
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0,
                 400.0)
 ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2,
@@ -452,6 +455,20 @@ class LineWriter:
             (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB. GPU {tp_rank} has a total "
              f"capacity of {GPU_TOTAL_GIB:.2f} GiB of which 1.01 GiB is free.")]
 
+    def crash(self, when, *, dp_rank=0, tp_rank=0) -> list[str]:
+        """A scheduler dies of an exception mid-serving; the launcher reports its child's death."""
+        pkg = "/usr/local/lib/python3.10/dist-packages/sglang/srt"
+        p = self.prefix(when, dp_rank, tp_rank)
+        head = [p + "Exception in ModelTpServer:", "Traceback (most recent call last):"] if self.family == "0.3" \
+            else [p + "Scheduler hit an exception: Traceback (most recent call last):"]
+        lines = head + [f'  File "{pkg}/managers/scheduler.py", line 1000, in run_batch',
+                        f'  File "{pkg}/distributed/parallel_state.py", line 400, in all_reduce',
+                        "    torch.distributed.all_reduce(input_, group=self.device_group)", CRASH_CAUSE]
+        if self.family != "0.3":
+            lines.append(self.prefix(when) + "Received sigquit from a child process. It usually means the child "
+                                             "failed.")
+        return lines
+
     def watchdog(self, when, *, timeout=300, dp_rank=0, tp_rank=0) -> str:
         p = self.prefix(when, dp_rank, tp_rank)
         if self.family in ("0.5.8", "0.5.23"):
@@ -636,6 +653,8 @@ class Simulator:
             for d in range(w.dp):
                 out.append(w.watchdog(when, dp_rank=d, tp_rank=0))
             return out
+        if ev.kind == "crash":
+            return w.crash(when)
         phase = "prefill" if ev.kind == "oom_prefill" else "decode"
         for d, t in w.ranks():
             if ev.source == "kv_pool":

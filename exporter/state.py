@@ -18,6 +18,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
+from exporter.failures import CRASH_KINDS, STAGE_KINDS, FailureTracker
 from exporter.ingest.events import Event
 
 MAX_RANKS = 64            # distinct rank label sets kept; more fold into "other" (bounded label sets)
@@ -27,7 +28,7 @@ MAX_WINDOW_BUCKETS = 3600   # per hit window (HitWindow): 1-second buckets, an h
 OTHER_RANK = ("other", None, None)
 MAX_COUNTER_SERIES = 256  # series kept per scraped counter, to tell a reset of one from the others (apply_scrape)
 _STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
-                          "server_ready"))   # the other event kinds apply_event reads
+                          "server_ready")) | CRASH_KINDS | STAGE_KINDS   # the other event kinds apply_event reads
 FRACTION_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped")
 
 
@@ -289,6 +290,10 @@ class ServerState:
         self.oom_total: Counter = Counter()
         self.watchdog_total = 0
         self.events_total: dict[str, int] = {}     # kind -> events (a plain dict: a Counter is slower to bump)
+        self.failures = FailureTracker()
+        self.graph_off_peak = 0     # the largest decode batch of this epoch that ran without CUDA graph (advice)
+        self.observed_from: float | None = None    # when observation began (the log's start, the sidecar's)
+        self.clock_known = True     # False: a replayed log without timestamps (rates and ages cannot be judged)
         # /metrics-fed progress and retraction counters (metrics-only deployments)
         self._last_counter: dict[str, dict] = {}    # counter -> {series labels: last value} (apply_scrape)
         self.metrics_seen = False
@@ -309,6 +314,8 @@ class ServerState:
     # ------------------------------------------------------------------ events (logs)
     def apply_event(self, ev: Event, now: float) -> None:
         kind, f = ev.kind, ev.fields
+        if self.observed_from is None:     # rows (apply_row) come through callers that set it (engine, analyze)
+            self.observed_from = now
         if kind == "decode_batch" or kind == "prefill_batch":
             self.apply_row((_fields_shape(kind, f), f, ev.ts, ev.time, ev.rank, ev.line), now)
             return
@@ -333,8 +340,10 @@ class ServerState:
                     self.retracted_requests_total += n
                 self.retractions_total += 1
                 self.retractions.push(now)
+                self.failures.count("retractions", now)
         elif kind == "oom":
-            phase = f.get("phase", "unknown")
+            phase = self.failures.oom_phase(f.get("phase", "unknown"), self.last_batch_t is not None)
+            self.failures.oom(f, phase, now, ev.line)
             self.oom_total[phase] += 1
             if phase == "prefill":
                 self.ooms["prefill"].push(now)
@@ -344,6 +353,7 @@ class ServerState:
             if not f.get("soft"):
                 self.watchdog_total += 1
                 self.watchdogs.push(now)
+                self.failures.count("watchdog_timeouts", now)
         elif kind == "memory_config":
             if ev.rank.get("tp") in (None, 0):
                 self._startup_line("memory_config", now, restart_if_batches=True)
@@ -354,15 +364,22 @@ class ServerState:
                 self.headroom_bytes = avail if self.headroom_bytes is None else min(self.headroom_bytes, avail)
         elif kind == "server_args":
             self._startup_line("server_args", now, restart_if_batches=True, restart_if_any=True)
+            self.failures.server_args(now)
             self.server_args = dict(f)
             self._limits()
             self.model = str(f.get("served_model_name") or f.get("model_path") or "")[:200]
         elif kind == "load_weight":
+            self.failures.stage_event(kind, f)
             if f.get("phase") == "begin" and f.get("avail_mem_bytes"):
                 self.total_gpu_bytes = max(self.total_gpu_bytes or 0, f["avail_mem_bytes"])
         elif kind == "server_ready":
             # warm-up batches run before the ready line, so batches alone do not mean a restart here
             self._startup_line("server_ready", now)
+            self.failures.server_ready()
+        elif kind in CRASH_KINDS:
+            self.failures.failure(kind, f, now, ev.line)
+        elif kind in STAGE_KINDS:
+            self.failures.stage_event(kind, f)
 
     def apply_row(self, row: tuple, now: float) -> None:
         """A line still in its learned layout (events.Row): what apply_event does with its Event, without
@@ -453,6 +470,8 @@ class ServerState:
         """SGLang (re)started: start-up facts and windows restart; counters keep counting."""
         if self.epoch_started is not None or joined_running:
             self.restarts += 1
+            self.failures.count("restarts", now)
+        self.failures.start()
         self.epoch += 1
         self.epoch_started = now
         self._startup_seen: set = set()
@@ -467,6 +486,7 @@ class ServerState:
         self._leader_tp.clear()       # a restart may change the layout (dp=4 -> dp=2 moves DP1's leader to TP4)
         self.last_batch_t = None
         self.samples.clear()
+        self.graph_off_peak = 0
 
     def _new_rank(self, key: tuple) -> RankValues:
         """A slot for a rank not seen yet; past MAX_RANKS - 1 distinct ranks they share the "other" slot, so
@@ -517,6 +537,8 @@ class ServerState:
             max_bs = self._graph_max_bs
             if not cuda_graph and (max_bs is None or running <= max_bs) and running > 0:
                 b[9] += 1
+                if running > self.graph_off_peak:
+                    self.graph_off_peak = running
 
     # ------------------------------------------------------------------ scrapes (/metrics)
     def apply_scrape(self, scrape, now: float) -> None:

@@ -43,8 +43,9 @@ import yaml
 from helpers import free_port, require_tool, wait_until
 
 from exporter import catalog
+from exporter.failures import MAX_CAUSE, classify_cause
 from exporter.generate import alerts as gen
-from exporter.simulate import Simulator, load_scenario, parse_scenario, serve_metrics
+from exporter.simulate import CRASH_CAUSE, Simulator, load_scenario, parse_scenario, serve_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 AM_EXAMPLE = ROOT / "alerts" / gen.ALERTMANAGER
@@ -111,7 +112,7 @@ def stalled_with_tuning_data() -> dict:
 def cases() -> list[Case]:
     doc = documented_signals()
     # healthy_online is healthy under the online profile only (docs/simulate.md says so)
-    profiles = {"healthy_online": "online"}
+    profiles = {"healthy_online": "online", "server_crash": "online"}
     out = []
     for name in sorted(doc):
         c = Case(name, set(doc[name]), profile=profiles.get(name, "offline"))
@@ -193,6 +194,8 @@ def expected_alerts(case: Case, instance: str, params: gen.Params, silent_tail: 
         labels = {"alertname": s.alert.name, **target, "severity": s.severity, "signal": sid}
         if s.family:
             labels["family"] = s.family
+        if s.failure:       # the cause line joined into the alert (only the crash event fails a scenario)
+            labels.update(cause_class=classify_cause(CRASH_CAUSE), cause=CRASH_CAUSE[:MAX_CAUSE])
         specs.append((labels, s.alert.summary, s.alert.description))
     if silent_tail:
         # the log goes quiet for good: the meta alert watching the log hand-off fires (with the file)

@@ -99,12 +99,90 @@ def test_oom_and_headroom_high_disagree_on_mem_fraction():
     assert r.action == "decrease" and r.suggested == 0.75
 
 
-def test_cuda_graph_advice():
-    recs = by_flag(reconcile(fired("cuda_graph_off_small_batch"), {"cuda_graph_max_bs": 160,
-                                                                   "disable_cuda_graph": False}, {}))
+def test_cuda_graph_advice_when_the_limit_is_unknown():
+    # no server_args line: the limit was assumed, and batches above the real one may fall back to eager mode
+    recs = by_flag(reconcile(fired("cuda_graph_off_small_batch"), {}, {}, facts={"graph_off_peak": 120}))
     assert (recs["--cuda-graph-max-bs"].action, recs["--cuda-graph-max-bs"].suggested) == ("increase", 256)
     assert recs["--disable-cuda-graph"].action == "check"
-    assert recs["--disable-cuda-graph"].current is False
+
+
+def test_small_batches_without_graph_never_raise_the_limit():
+    """Seen in the wild: "raise 512 -> 768" for batches of 3-17. Batches under the limit ran eagerly: CUDA graph
+    is disabled or does not apply; raising the limit cannot help, and the advice says so."""
+    recs = by_flag(reconcile(fired("cuda_graph_off_small_batch"),
+                             {"cuda_graph_max_bs": 512, "disable_cuda_graph": False,
+                              "attention_backend": "triton"}, {}, facts={"graph_off_peak": 17}))
+    keep = recs["--cuda-graph-max-bs"]
+    assert (keep.action, keep.current, keep.suggested) == ("keep", 512, None)
+    assert "up to 17" in keep.reason and "cannot help" in keep.reason
+    assert recs["--disable-cuda-graph"].action == "check" and recs["--disable-cuda-graph"].current is False
+    assert recs["--attention-backend"].action == "check" and recs["--attention-backend"].current == "triton"
+    assert not any(r.action == "increase" for r in recs.values())
+
+
+def test_disabled_cuda_graph_is_named():
+    recs = by_flag(reconcile(fired("cuda_graph_off_small_batch"), {"cuda_graph_max_bs": 160,
+                                                                   "disable_cuda_graph": True}, {},
+                             facts={"graph_off_peak": 8}))
+    assert recs["--disable-cuda-graph"].current is True and recs["--disable-cuda-graph"].suggested is False
+    assert "remove --disable-cuda-graph" in recs["--disable-cuda-graph"].reason
+    assert "--attention-backend" not in recs
+
+
+def test_graph_peak_reaches_advice_through_the_engine():
+    eng = engine()
+    eng.ingest(server_args(cuda_graph_max_bs=512), T0 - 100)
+    for i, bs in enumerate((3, 9, 17)):
+        eng.ingest(decode(running=bs, graph=False), T0 + i)
+    recs = by_flag(eng.evaluate(T0 + 5).advice)
+    assert recs["--cuda-graph-max-bs"].action == "keep" and "up to 17" in recs["--cuda-graph-max-bs"].reason
+
+
+@pytest.mark.parametrize("pressure", ["retraction_storm", "retractions_frequent", "oom_decode", "oom_prefill",
+                                      "server_crashed"])
+def test_no_more_requests_while_memory_is_short(pressure):
+    recs = by_flag(reconcile(fired("queue_below_range", pressure), {}, {}))
+    hold = recs["request-rate"]
+    assert hold.action == "hold" and hold.suggested is None
+    assert set(hold.signals) == {"queue_below_range", pressure}
+    assert f"{pressure} wins" in hold.reason
+
+
+def test_no_more_requests_while_the_kv_cache_is_full():
+    recs = by_flag(reconcile(fired("queue_below_range"), {}, {}, facts={"kv_full": True}))
+    assert recs["request-rate"].action == "hold" and "KV cache is full" in recs["request-rate"].reason
+    recs = by_flag(reconcile(fired("queue_below_range"), {}, {}, facts={"kv_full": False}))
+    assert recs["request-rate"].action == "increase"
+
+
+def test_a_full_kv_cache_reaches_advice_through_the_engine():
+    eng = engine()
+    for i in range(5):                                    # a short queue, and the KV cache full
+        eng.ingest(decode(queue=0, usage=0.97), T0 + i)
+    recs = by_flag(eng.evaluate(T0 + 5).advice)
+    assert recs["request-rate"].action == "hold"
+    eng2 = engine()
+    for i in range(5):
+        eng2.ingest(decode(queue=0, usage=0.4), T0 + i)
+    assert by_flag(eng2.evaluate(T0 + 5).advice)["request-rate"].action == "increase"
+
+
+@pytest.mark.parametrize("stage,want,unwanted", [
+    ("weights", {("--tp-size", "increase"), ("--quantization", "check")}, {"--mem-fraction-static"}),
+    ("kv_pool", {("--mem-fraction-static", "decrease"), ("--kv-cache-dtype", "check")}, {"--tp-size"}),
+    ("cuda_graph", {("--cuda-graph-max-bs", "decrease"), ("--mem-fraction-static", "decrease")},
+     {"--kv-cache-dtype"}),
+    ("warmup", {("--chunked-prefill-size", "decrease"), ("--mem-fraction-static", "decrease")}, {"--tp-size"}),
+    ("kv_pool_too_small", {("--mem-fraction-static", "increase"), ("--kv-cache-dtype", "check")},
+     {"--cuda-graph-max-bs"}),
+])
+def test_startup_oom_advice_follows_the_stage(stage, want, unwanted):
+    recs = reconcile(fired("startup_oom"), {"tp_size": 2, "cuda_graph_max_bs": 256, "mem_fraction_static": 0.9},
+                     {}, facts={"startup_oom_stage": stage})
+    got = {(r.flag, r.action) for r in recs}
+    assert want <= got, recs
+    assert not unwanted & {r.flag for r in recs}
+    by_flag(recs)
 
 
 def test_storm_advice_includes_check_of_mem_fraction():
@@ -129,7 +207,7 @@ def test_advice_sorted_by_severity_and_every_action_valid():
     recs = reconcile(fired(*[s.id for s in SIGNALS]), {}, {})
     ranks = [{"critical": 0, "warning": 1, "info": 2}[r.severity] for r in recs]
     assert ranks == sorted(ranks)
-    assert all(r.action in ("increase", "decrease", "check") for r in recs)
+    assert all(r.action in ("increase", "decrease", "check", "hold", "keep") for r in recs)
     by_flag(recs)
 
 

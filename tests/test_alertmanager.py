@@ -53,6 +53,8 @@ def test_route_cases_cover_every_alert():
     # what the design brief pages on
     pages = {c["labels"]["alertname"] for c in CASES if c["receiver"] == "page"}
     assert {"SGLangRetractionStorm", "SGLangPrefillOOM", "SGLangDecodeOOM", "SGLangStalled"} <= pages
+    # a crash, an OOM at start-up and a start-up that never became ready page too
+    assert {"SGLangServerCrashed", "SGLangStartupOOM", "SGLangStartupStalled"} <= pages
     assert "SGLangRetractionsFrequent" not in pages
 
 
@@ -153,6 +155,7 @@ def _key(a):
 
 
 STALLED, HEALTHY, STORMING = "10.0.0.1:10060", "10.0.0.2:10060", "10.0.0.3:10060"
+CRASHED, OOMED = "10.0.0.4:10060", "10.0.0.5:10060"
 
 
 def test_inhibitions_in_a_real_alertmanager(alertmanager):
@@ -162,6 +165,7 @@ def test_inhibitions_in_a_real_alertmanager(alertmanager):
         _alert("SGLangRetractionStorm", "critical", STORMING, signal="retraction_storm", family="retractions"),
         # an exporter target vanished entirely: absent() carries no instance or namespace
         _alert("SGLangExporterDown", "critical"),
+        _alert("SGLangStartupOOM", "critical", OOMED, signal="startup_oom"),
     ]
     _post(base, sources)
     wait_until(lambda: {_key(a) for a in _get(base)} >= {_key(s) for s in sources}, timeout=10,
@@ -177,9 +181,16 @@ def test_inhibitions_in_a_real_alertmanager(alertmanager):
                family="retractions"),
         _alert("SGLangQueueAboveRange", "warning", STORMING, signal="queue_above_range"),  # not the family
         _alert("SGLangAlertingWatchdog", "info"),
+        _alert("SGLangServerCrashed", "critical", OOMED, signal="server_crashed"),    # the OOM page says it
+        _alert("SGLangServerCrashed", "critical", CRASHED, signal="server_crashed"),
+        _alert("SGLangQueueBelowRange", "info", CRASHED, signal="queue_below_range"),  # advice of a dead server
+        _alert("SGLangStalled", "critical", CRASHED, signal="stalled"),         # its queue stopped: the crash
     ]
     _post(base, targets)
     expect_inhibited = {
+        ("SGLangServerCrashed", OOMED): "SGLangStartupOOM",
+        ("SGLangQueueBelowRange", CRASHED): "SGLangServerCrashed",
+        ("SGLangStalled", CRASHED): "SGLangServerCrashed",
         ("SGLangKVCacheUnderused", STALLED): "SGLangStalled",
         ("SGLangQueueBelowRange", STALLED): "SGLangStalled",
         ("SGLangRetractionsFrequent", STORMING): "SGLangRetractionStorm",
@@ -217,6 +228,7 @@ def test_inhibitions_in_a_real_alertmanager(alertmanager):
         ("SGLangDecodeOOM", STALLED): "/page", ("SGLangExporterDown", None): "/page",
         ("SGLangKVCacheUnderused", HEALTHY): "/ticket", ("SGLangRetractionsFrequent", HEALTHY): "/ticket",
         ("SGLangQueueAboveRange", STORMING): "/ticket", ("SGLangAlertingWatchdog", None): "/deadmansswitch",
+        ("SGLangServerCrashed", CRASHED): "/page", ("SGLangStartupOOM", OOMED): "/page",
     }
     d = wait_until(lambda: (lambda x: x if set(expect_delivered) <= set(x) else None)(delivered()), timeout=20,
                    what="webhook deliveries")

@@ -219,6 +219,8 @@ def exporter_log(now: datetime) -> str:
         "Try to allocate 5 tokens.",
         "Available tokens: 3 (available_size=3 + evictable_size=0)",
         f"{ts(10)} Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
+        # a failure (server_crashed), so the failure-cause table has a row
+        f"{ts(8, '')} Health check failed. Server couldn't get a response from detokenizer for last 20 seconds.",
         f"{ts(5)} Frobnicate batch, #widgets: 7, sprocket usage: 0.12",
         f"{ts(1)} Decode batch, #running-req: 128, #token: 53300, token usage: 0.41, cuda graph: False, "
         "gen throughput (token/s): 1834.27, #queue-req: 2500",

@@ -26,6 +26,7 @@ from helpers import require_tool
 
 from exporter import catalog
 from exporter.generate import alerts as gen
+from exporter.simulate import CRASH_CAUSE
 
 pytestmark = pytest.mark.real
 
@@ -219,6 +220,23 @@ def test_stalled_pages_and_inhibits_its_tuning_alerts(stack, name):
     notes = {(p, a["labels"]["alertname"]) for p, _, a in stack.webhook.alerts()
              if a["labels"].get("instance") == inst}
     assert notes == {("page", "SGLangStalled")}
+
+
+def test_a_crash_pages_with_its_cause_line(stack):
+    """server_crash: a scheduler traceback (NCCL error) and `Received sigquit`, then silence. The exporter
+    judges server_crashed with the traceback's last line; Prometheus fires SGLangServerCrashed with that line
+    in its labels and description; Alertmanager pages."""
+    r = stack.running["server_crash"]
+    doc = get_json(f"http://{r.instance}/api/v1/signals")
+    crashed = next(s for s in doc["signals"] if s["id"] == "server_crashed")
+    assert crashed["state"] == "firing", _explain(stack, "server_crash")
+    assert crashed["cause"] == {"class": "nccl", "line": CRASH_CAUSE}
+    assert doc["verdict"] == "failed"
+    pages = [a for p, _, a in stack.webhook.alerts()
+             if p == "page" and a["labels"].get("instance") == r.instance]
+    assert [a["labels"]["alertname"] for a in pages] == ["SGLangServerCrashed"], _explain(stack, "server_crash")
+    assert pages[0]["labels"]["cause"] == CRASH_CAUSE and pages[0]["labels"]["cause_class"] == "nccl"
+    assert f"Cause (nccl): {CRASH_CAUSE}." in pages[0]["annotations"]["description"]
 
 
 def test_stall_is_seen_from_silence_alone(stack):

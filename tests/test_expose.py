@@ -107,8 +107,9 @@ def test_golden_content_is_meaningful(exposition):
     assert value("sglang_exporter_queue_requests", tp="1") == 0
     assert value("sglang_exporter_log_lines_unparsed_total", reason="no_sglang_prefix") == 1
     assert value("sglang_exporter_log_lines_unparsed_total", reason="unknown_message") == 1
-    assert value("sglang_exporter_advice_info", flag="--cuda-graph-max-bs", action="increase",
-                 current="8", suggested="256") == 1
+    # small batches under --cuda-graph-max-bs 8 ran without CUDA graph: raising it cannot help
+    assert value("sglang_exporter_advice_info", flag="--cuda-graph-max-bs", action="keep",
+                 current="8", suggested="") == 1
     assert value("sglang_exporter_sglang_info", model="llama-8b") == 1
     assert value("sglang_exporter_last_batch_age_seconds") == 10
 

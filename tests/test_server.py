@@ -81,11 +81,12 @@ def test_endpoints(served):
     status, headers, body = get(served.base + "/api/v1/signals")
     assert status == 200 and headers["Content-Type"] == "application/json"
     doc = json.loads(body)
-    assert set(doc) == {"version", "profile", "time", "model", "format_family", "signals", "advice"}
+    assert set(doc) == {"version", "profile", "time", "model", "format_family", "verdict", "verdict_reason",
+                        "signals", "advice"}
     assert doc["profile"] == "offline" and doc["model"] == "m"
     by_id = {s["id"]: s for s in doc["signals"]}
     assert set(by_id["gpu_headroom_high"]) == {"id", "title", "severity", "state", "value", "unit", "detail",
-                                               "since", "advice", "runbook_url"}
+                                               "since", "advice", "runbook_url", "cause"}
     assert by_id["gpu_headroom_high"]["state"] == "firing"
     assert by_id["gpu_headroom_high"]["unit"] == "bytes"
     assert by_id["gpu_headroom_high"]["advice"] == ["--mem-fraction-static"]

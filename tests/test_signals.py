@@ -58,8 +58,12 @@ def watchdog(soft=False) -> Event:
                  rank=rank(0))
 
 
-def engine(profile="offline", **signals) -> Engine:
-    return Engine(Config(profile=profile, signals=signals), log_fed=True)
+def engine(profile="offline", observed_from=T0 - 3600, **signals) -> Engine:
+    """An engine that has watched for an hour before T0 (rates over whole windows; short observation: pass
+    observed_from=None, and the first event starts it)."""
+    eng = Engine(Config(profile=profile, signals=signals), log_fed=True)
+    eng.state.observed_from = observed_from
+    return eng
 
 
 def feed(eng: Engine, events, start=T0, step=1.0) -> float:
@@ -312,15 +316,35 @@ def test_cuda_graph_unknown_when_lines_do_not_report_it():
 
 
 # ---------------------------------------------------------------------------------------------- OOM
-@pytest.mark.parametrize("phase,prefill_fires,decode_fires", [
-    ("prefill", True, False), ("decode", False, True), ("unknown", False, True), ("startup", False, False)])
-def test_oom_phases(phase, prefill_fires, decode_fires):
+@pytest.mark.parametrize("phase,prefill_fires,decode_fires,startup_fires", [
+    ("prefill", True, False, False), ("decode", False, True, False), ("unknown", False, True, False),
+    ("startup", False, False, True)])
+def test_oom_phases(phase, prefill_fires, decode_fires, startup_fires):
     eng = engine()
+    eng.ingest(decode(), T0 - 1)                      # a serving server: an OOM of unknown phase is decode's
     eng.ingest(oom(phase), T0)
     snap = eng.evaluate(T0 + 1)
     assert snap.judgements["oom_prefill"].firing is prefill_fires
     assert snap.judgements["oom_decode"].firing is decode_fires
+    assert snap.judgements["startup_oom"].firing is startup_fires
     assert eng.state.oom_total[phase] == 1
+
+
+@pytest.mark.parametrize("before,counted", [
+    ([], "startup"),                                  # an OOM with nothing around it: start-up
+    ([server_args()], "startup"),                     # start-up begun, not ready
+    ([server_args(), decode()], "startup"),           # warm-up batches run before the ready line
+    ([server_args(), Event("server_ready", {}), decode()], "unknown"),   # serving: judged as oom_decode
+    ([decode()], "unknown"),                          # joined a serving server
+])
+def test_unknown_phase_oom_is_placed_by_what_came_before(before, counted):
+    eng = engine()
+    feed(eng, before, start=T0 - 10)
+    eng.ingest(Event("oom", {"phase": "unknown", "source": "cuda"}), T0)
+    assert eng.state.oom_total == {counted: 1}
+    snap = eng.evaluate(T0 + 1)
+    assert snap.judgements["startup_oom"].firing is (counted == "startup")
+    assert snap.judgements["oom_decode"].firing is (counted == "unknown")
 
 
 def test_oom_window_is_15_minutes():
@@ -557,6 +581,8 @@ def test_history_tracks_intervals_and_worst():
 def test_every_signal_can_fire():
     """One stream that makes every offline signal fire at once (guards against a judge that never fires)."""
     eng = engine()
+    eng.ingest(server_args(), T0 - 1300)                  # no ready line since: start-up stalled
+    eng.ingest(Event("oom", {"phase": "startup", "source": "startup"}), T0 - 1250)
     eng.ingest(memory_config(avail_gib=4.0, max_running=10), T0)
     for i in range(3):
         eng.ingest(decode(queue=3000, running=10, usage=0.5, graph=False), T0 + i)
@@ -565,6 +591,7 @@ def test_every_signal_can_fire():
     eng.ingest(oom("prefill"), T0 + 1)
     eng.ingest(oom("decode"), T0 + 1)
     eng.ingest(watchdog(), T0 + 2)
+    eng.ingest(Event("scheduler_exception", {"component": "Scheduler", "message": "AssertionError"}), T0 + 3)
     snap = eng.evaluate(T0 + 60)
     not_firing = {sid for sid, j in snap.judgements.items() if not j.firing}
     # queue below and above range and headroom low/high exclude each other

@@ -442,7 +442,9 @@ FIRES = {
     "queue_starved": {"queue_below_range"}, "queue_overloaded": {"queue_above_range"},
     "too_conservative": {"kv_cache_underused"},
     "retractions_frequent": {"retractions_frequent"}, "retraction_storm": {"retractions_frequent", "retraction_storm"},
-    "oom_prefill": {"oom_prefill"}, "oom_decode": {"oom_decode"},
+    "oom_prefill": {"oom_prefill"},
+    "oom_decode": {"oom_decode", "server_crashed"},     # the traceback crashed it; the restart's ready line clears
+    "server_crash": {"server_crashed", "queue_below_range"},
     "headroom_high": {"gpu_headroom_high"}, "headroom_low": {"gpu_headroom_low"},
     "cuda_graph_off": {"cuda_graph_off_small_batch"},
     "concurrency_capped": {"concurrency_capped", "kv_cache_underused"},

@@ -46,7 +46,10 @@ ALERTMANAGER = "alertmanager.yml"
 ROUTES_CASES = "tests/alertmanager-routes.yml"
 WATCHDOG = "SGLangAlertingWatchdog"
 # Meta alerts that mean "this instance cannot be judged / is hung": they silence its tuning alerts.
-BLINDING_ALERTS = ("SGLangStalled", "SGLangTargetDown", "SGLangExporterDown")
+FAILURE_ALERTS = tuple(s.alert.name for s in catalog.SIGNALS if s.failure and s.alert)
+# a crashed, hung or unwatched server: its tuning advice is noise until that is fixed
+BLINDING_ALERTS = ("SGLangStalled", "SGLangTargetDown", "SGLangExporterDown", "SGLangServerCrashed",
+                   "SGLangStartupOOM", "SGLangStartupStalled")
 
 # Signals of one family: a critical of the family silences the family's warnings on the same instance.
 FAMILIES = {s.id: s.family for s in catalog.SIGNALS if s.family}
@@ -374,6 +377,7 @@ def _metric(name: str) -> str:
 M_FIRING = _metric(f"{catalog.NS}_signal_firing")
 M_KNOWN = _metric(f"{catalog.NS}_signal_known")
 M_VALUE = _metric(f"{catalog.NS}_signal_value")
+M_CAUSE = _metric(f"{catalog.NS}_failure_cause_info")
 M_RETR = _metric(f"{catalog.NS}_retractions_total")
 M_RETR_REQ = _metric(f"{catalog.NS}_retracted_requests_total")
 M_OOM = _metric(f"{catalog.NS}_oom_events_total")
@@ -404,6 +408,12 @@ def signal_alerts(p: Params) -> list[Alert]:
                 f"  and on ({J})\n  {firing}\n)\n"
                 f"# firing without a value still alerts ($value is then 1)\n"
                 f"or on ({J})\n{firing}\n")
+        if s.failure:
+            # the cause line rides along as labels, for the description; without one the alert still fires
+            base = "(\n" + expr + ")"
+            expr = (f"(\n{base}\n  * on ({J}) group_left (cause_class, cause)\n"
+                    f"  {M_CAUSE}{_sel(p.exporter_selector, sig)}\n)\n"
+                    f"# no cause exported (yet): fire without it\nor on ({J})\n{base}\n")
         labels = {"signal": s.id}
         if s.id in FAMILIES:
             labels["family"] = FAMILIES[s.id]
@@ -709,13 +719,18 @@ def _signal_test(p: Params, a: Alert) -> dict:
         series.append({"series": _series(M_KNOWN, sig), "values": _vals([known] * steps)})
         if val is not None:
             series.append({"series": _series(M_VALUE, sig), "values": _vals([val] * steps)})
+    cause = {}
+    if s.failure:       # A exports a cause line (joined into the alert's labels), D none
+        cause = {"cause_class": "cuda_oom", "cause": "torch.OutOfMemoryError: CUDA out of memory."}
+        series.append({"series": _series(M_CAUSE, {**A, "signal": s.id, **cause}),
+                       "values": _vals([1] * steps)})
     t_on = start_steps * I
     cases = []
     if f > 0:
         cases.append(_alert_case(a.name, t_on + f - I, []))
     else:
         cases.append(_alert_case(a.name, t_on - I, []))
-    cases.append(_alert_case(a.name, t_on + f, [_exp(a, {**A, "signal": s.id}, value),
+    cases.append(_alert_case(a.name, t_on + f, [_exp(a, {**A, "signal": s.id, **cause}, value),
                                                  _exp(a, {**D, "signal": s.id}, 1.0)]))
     return {"name": f"{a.name}: fires after {a.for_} with firing=1; not for firing=0 or unknown",
             "interval": fmt_duration(I), "input_series": series, "alert_rule_test": cases}
@@ -1127,6 +1142,16 @@ def alertmanager_config(p: Params) -> dict:
             {  # a hung, unscraped or unwatched server: its tuning advice is noise until that is fixed
                 "source_matchers": [f'alertname=~"{"|".join(BLINDING_ALERTS)}"'],
                 "target_matchers": [f'severity=~"{tuning}"', f'alertname!="{WATCHDOG}"'],
+                "equal": list(p.inhibit_equal),
+            },
+            {  # a start-up OOM also crashes the server: one page, the one with the memory advice
+                "source_matchers": ['alertname="SGLangStartupOOM"'],
+                "target_matchers": ['alertname="SGLangServerCrashed"'],
+                "equal": list(p.inhibit_equal),
+            },
+            {  # a dead server's queue no longer moves: the crash page says why, the stall page would not
+                "source_matchers": [f'alertname=~"{"|".join(FAILURE_ALERTS)}"'],
+                "target_matchers": ['alertname="SGLangStalled"'],
                 "equal": list(p.inhibit_equal),
             },
             {  # a critical of a family (retraction storm) silences its warnings (retractions frequent)

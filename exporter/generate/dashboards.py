@@ -226,6 +226,17 @@ def overview_panels() -> list:
                               "{{instance}} {{signal}}")],
               mappings=[(-1, "unknown", "text"), (0, "ok", "green"), (1, "firing", "red")],
               steps=[(None, "green")]),
+        Panel("Failure causes", "table", "none", w=24, h=5,
+              shows="Why a failure signal fires (server_crashed, startup_oom, startup_stalled): the last exception "
+                    "line of the traceback and its class.",
+              good="empty: nothing failed since the last ready line.",
+              bad="read the cause; a cuda_oom at start-up follows the startup_oom advice; otherwise open the "
+                  "runbook of the firing alert and SGLang's log around that time.",
+              targets=[Target(f"max by ({BY}, signal, cause_class, cause) "
+                              f"({NS}_failure_cause_info{{{SEL}}})", table=True)],
+              organize={"exclude": ["Time", "Value"],
+                        "rename": {"instance": "Instance", "namespace": "Namespace", "signal": "Signal",
+                                   "cause_class": "Class", "cause": "Cause"}}),
         Panel("Tuning advice", "table", "none", w=24, h=8,
               shows="The reconciled tuning recommendations: flag, direction, current and suggested value, and "
                     "the signals that ask for it.",

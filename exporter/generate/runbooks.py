@@ -35,6 +35,20 @@ LOG_PATTERNS = {
             ("alloc_req_slots runs out of memory", "request-slot exhaustion (--max-running-requests)")],
     "watchdog_timeout": [("[Ww]atchdog timeout", "the scheduler made no forward progress for "
                           "--watchdog-timeout seconds")],
+    "scheduler_exception": [("hit an exception|Exception in ", "a process's traceback; its last line is the "
+                             "cause")],
+    "traceback": [("Traceback \\(most recent call last\\)", "a traceback without SGLang's prefix")],
+    "sigquit": [("Received sigquit|SIGQUIT received", "a child process died; its error comes before")],
+    "subprocess_crash": [("Subprocess .* crashed", "a child process exited (SGLang 0.5.10+)")],
+    "init_failed": [("Initialization failed", "warm-up failed")],
+    "health_check_failed": [("ealth check (failed|timed out)", "the detokenizer or encoder stopped answering")],
+    "nccl_timeout": [("Watchdog caught collective operation timeout", "an NCCL collective hung (PyTorch)")],
+    "server_ready": [("fired up and ready to roll", "the end of a successful start-up")],
+    "load_weight": [("Load weight (begin|end)", "weights loading; avail mem shows what is left")],
+    "kv_cache_allocated": [("KV Cache is allocated", "the KV cache pool was allocated")],
+    "memory_pool": [("Memory pool end", "the memory pools are allocated")],
+    "graph_capture": [("Capture cuda graph (begin|end)", "CUDA graph capture")],
+    "server_args": [("server_args=", "the server arguments, the start of a start-up")],
 }
 
 # Extra PromQL per signal, over the sidecar's raw gauges ({sel} is the exporter selector).

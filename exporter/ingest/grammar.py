@@ -48,6 +48,7 @@ _REQUEST_MARK = re.compile(r'(?:Receive(?: OpenAI)?|Finish): obj=|\bin=\w+\(|"ev
 _IN_OUT = re.compile(r"in=\w+\(")
 _JSON_REQUEST = re.compile(r'"event": ?"request\.(received|finished)')
 _CUDA_OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory")
+_EXC_LINE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
 _TRIED = re.compile(rf"Tried to allocate ({_NUM}) (B|KiB|MiB|GiB|TiB)")
 _ELAPSED = re.compile(rf"(?:Time elapsed: |elapsed=|in )({_NUM}) s")
 _NUMBER = re.compile(r"-?[0-9]{1,18}(?:\.[0-9]{1,18})?")
@@ -609,7 +610,7 @@ def parse_server_args(text: str) -> dict | None:
 
 class _Pending:
     """A multi-line record being assembled (traceback / KV-pool OOM message)."""
-    __slots__ = ("event", "lines", "funcs", "oom_line", "oom_text", "last")
+    __slots__ = ("event", "lines", "funcs", "oom_line", "oom_text", "last", "exc")
 
     def __init__(self, event: Event):
         self.event = event
@@ -618,6 +619,7 @@ class _Pending:
         self.oom_line = 0
         self.oom_text = ""
         self.last = ""
+        self.exc = ""        # the last line that starts an exception ("RuntimeError: ..."): the cause
 
 
 class Parser:
@@ -916,8 +918,9 @@ class Parser:
             return []
         ev = p.event
         out = [ev]
-        if ev.kind == "scheduler_exception":
-            ev.fields["message"] = p.last[:500]
+        if ev.kind == "scheduler_exception" or ev.kind == "traceback":
+            # an exception's message may run on over lines ("Try to allocate ..."): its first line is the cause
+            ev.fields["message"] = (p.exc or p.last)[:500]
             if p.oom_line:
                 # SGLang logs its KV-pool OOM, then raises it: the traceback repeats the same OOM.
                 repeat = "out of memory. Try to lower" in p.oom_text and \
@@ -948,6 +951,13 @@ class Parser:
             # lines after it until the next SGLang record
             self._in_request = True
             self.unparsed["no_sglang_prefix"] += 1
+            return
+        if text.startswith("Traceback (most recent call last):"):
+            # a process's traceback without SGLang's prefix (the launcher's, a child's): a record like the
+            # scheduler's exception, its last line the cause
+            ts = _container_ts(container_time) if container_time else None
+            self._pending = _Pending(Event("traceback", {"component": ""}, container_time, ts, EMPTY_RANK,
+                                           self.source, lineno))
             return
         m = _CUDA_OOM.search(text)
         if m and _unquoted(text, m.start()):
@@ -995,6 +1005,8 @@ class Parser:
             p.oom_line, p.oom_text = lineno, stripped
         if not stripped.startswith(("^", "~")):
             p.last = stripped
+            if _EXC_LINE.match(stripped):
+                p.exc = stripped
 
     def _time_only(self, tod: str, frac):
         """`HH:MM:SS` without a date (0.3.0-0.3.3): seconds since the first day of the log, day by day."""
