@@ -180,10 +180,13 @@ def cmd_serve(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    """Alerts + runbooks, dashboards, and (in a checkout) the Kubernetes copies of both, from the catalog."""
+    """Alerts + runbooks, dashboards, docs/compatibility.md (from the release data) and (in a checkout) the
+    Kubernetes copies of alerts and dashboards, from the catalog."""
     from exporter.generate import alerts, dashboards
+    from exporter.releases import compatibility
     steps = [("alerts and runbooks", alerts.generate, alerts.check),
-             ("dashboards", dashboards.generate, dashboards.check)]
+             ("dashboards", dashboards.generate, dashboards.check),
+             ("SGLang release compatibility", compatibility.generate, compatibility.check)]
     deploy = _deploy_generator()
     if deploy is not None:
         def write_manifests() -> list:
