@@ -297,7 +297,10 @@ def fam_034_046() -> Family:
           + traceback_lines(["event_loop_normal", "get_next_batch_to_run", "prepare_for_extend"],
                             "RuntimeError: Prefill out of memory. Try to lower your batch size.")
           + [f"Try to allocate {req} tokens.", f"Avaliable tokens: {av}"],
-          ("scheduler_exception", {"component": "Scheduler", "message": f"Avaliable tokens: {av}"}), at=p)
+          # the cause is the exception line, not the lines its message runs on over
+          ("scheduler_exception", {"component": "Scheduler",
+                                   "message": "RuntimeError: Prefill out of memory. Try to lower your batch size."}),
+          at=p)
     # 0.3.5-0.5.6 watchdog, 0.4.2 sigquit typo, 0.4.4+ sigquit
     sec = f.rng.choice((300, 600, 45))
     f.one(f.prefix(" TP0", tp=0), f"Watchdog timeout (self.watchdog_timeout={sec})", "watchdog_timeout",
@@ -656,7 +659,9 @@ def fam_059_0523() -> Family:
           + traceback_lines(["event_loop_overlap", "update_running_batch", "alloc_for_decode"],
                             "RuntimeError: Decode out of memory. Try to lower your batch size.")
           + [f"Try to allocate {req} tokens.", tail, ""],
-          ("scheduler_exception", {"component": "Scheduler", "message": tail}), at=p)
+          ("scheduler_exception", {"component": "Scheduler",
+                                   "message": "RuntimeError: Decode out of memory. Try to lower your batch size."}),
+          at=p)
     for comp in ("DetokenizerManager", "DataParallelController", "TokenizerManager"):
         p = f.prefix()
         f.add([p.text + f"{comp} hit an exception: Traceback (most recent call last):"]
