@@ -187,25 +187,42 @@ def test_a_corrupt_positions_file_is_a_warning_and_a_fresh_start(tmp_path, caplo
 
 
 class Writer(threading.Thread):
-    """Appends numbered retraction lines at a steady rate (>= 1,000 lines/s) and rotates the log once, at
-    line `rotate_at`, the way logrotate does in `mode` (rename: rename + create, the writer reopening at
-    once; copytruncate: copy, then truncate in place under the open writer)."""
+    """Appends numbered retraction lines at a steady rate (>= 1,000 lines/s) to `target` and rotates the log
+    once, at line `rotate_at`, the way it is done in `mode`:
+
+    - rename: logrotate's create (rename, the writer reopening at once);
+    - rename_late: the same with a writer that reopens 100 lines later (a postrotate signal handled late);
+    - copytruncate: copy, then truncate in place under the open writer;
+    - symlink: the followed path is a symlink that is switched to a new file;
+    - cri: kubelet's container log: CRI-framed lines, the file renamed to `0.log.<time>` and a new `0.log`,
+      followed through a /var/log/containers-style symlink."""
 
     def __init__(self, path: Path, total: int, rate: float, mode: str = "none", rotate_at: int = -1):
         super().__init__(daemon=True)
         self.path, self.total, self.rate, self.mode, self.rotate_at = path, total, rate, mode, rotate_at
         self.written = 0
-        self.fh = open(path, "a", buffering=1)  # noqa: SIM115 - closed at the end of run
+        self.reopen_at = -1
+        self.target = path.resolve()
+        self.fh = open(self.target, "a", buffering=1)  # noqa: SIM115 - closed at the end of run
+
+    def line(self, n: int) -> str:
+        text = retraction(self.base, n)
+        if self.mode == "cri":
+            return f"{datetime.now(timezone.utc).isoformat().replace('+00:00', 'Z')} stderr F {text}"
+        return text
 
     def run(self) -> None:
         t0 = time.monotonic()
-        base = datetime.now(timezone.utc).replace(tzinfo=None)
+        self.base = datetime.now(timezone.utc).replace(tzinfo=None)
         while self.written < self.total:
             due = min(int((time.monotonic() - t0) * self.rate) + 1, self.total)
             while self.written < due:
                 if self.written == self.rotate_at:
                     self.rotate()
-                self.fh.write(retraction(base, self.written + 1))
+                if self.written == self.reopen_at:
+                    self.fh.close()
+                    self.fh = open(self.target, "a", buffering=1)  # noqa: SIM115
+                self.fh.write(self.line(self.written + 1))
                 self.written += 1
             self.fh.flush()
             time.sleep(0.001)    # pacing the writer, not waiting for a condition
@@ -213,14 +230,28 @@ class Writer(threading.Thread):
 
     def rotate(self) -> None:
         self.fh.flush()
-        if self.mode == "rename":
-            os.rename(self.path, str(self.path) + ".1")
+        if self.mode in ("rename", "rename_late", "cri"):
+            suffix = ".20250811-171703" if self.mode == "cri" else ".1"
+            os.rename(self.target, str(self.target) + suffix)
+            if self.mode == "rename_late":
+                self.target.touch()                     # logrotate's create; the writer reopens later
+                self.reopen_at = self.written + 100
+                return
             self.fh.close()
-            self.fh = open(self.path, "a", buffering=1)  # noqa: SIM115
+            self.fh = open(self.target, "a", buffering=1)  # noqa: SIM115
         elif self.mode == "copytruncate":
-            with open(self.path, "rb") as src, open(str(self.path) + ".1", "wb") as dst:
+            with open(self.target, "rb") as src, open(str(self.target) + ".1", "wb") as dst:
                 dst.write(src.read())
-            os.truncate(self.path, 0)
+            os.truncate(self.target, 0)
+        elif self.mode == "symlink":
+            new = self.target.with_name("b.log")
+            new.touch()
+            tmp = self.path.with_name("link.tmp")
+            os.symlink(new, tmp)
+            os.replace(tmp, self.path)                  # switched atomically, as a deploy tool does
+            self.fh.close()
+            self.target = new
+            self.fh = open(new, "a", buffering=1)  # noqa: SIM115
 
 
 def _serve(log: Path, positions: Path, port: int) -> subprocess.Popen:
@@ -239,14 +270,32 @@ def _counts(port: int):
             metric(r[1], "sglang_exporter_retracted_requests_total"))
 
 
-@pytest.mark.parametrize("mode,rep", [(m, r) for m in ("none", "rename", "copytruncate") for r in range(7)])
+MODES = ("none", "rename", "rename_late", "copytruncate", "symlink", "cri")
+
+
+@pytest.mark.parametrize("mode,rep", [(m, r) for m in MODES for r in range(4)])
 def test_sigkill_restart_and_rotation_count_every_line_exactly_once(tmp_path, mode, rep):
     """A writer at 2,000 lines/s; the sidecar is SIGKILLed at random points and restarted from its positions
     file, and the log is rotated meanwhile: at the end, every line is counted once (the retraction count and
-    the sum of the numbers the lines carry both match what was written)."""
+    the sum of the numbers the lines carry both match what was written). The follower's own suite
+    (tests/test_follower_faults.py) drives nine rotation modes x 20 seeds in-process; this one is the real
+    process, killed for real."""
     rnd = random.Random(f"{mode}-{rep}")
-    log, positions = tmp_path / "sglang.log", tmp_path / "positions.json"
-    log.write_text("")
+    positions = tmp_path / "positions.json"
+    if mode == "cri":
+        pod = tmp_path / "pods" / "ns_sglang-0_uid" / "sglang"
+        pod.mkdir(parents=True)
+        (pod / "0.log").write_text("")
+        log = tmp_path / "containers" / "sglang-0_ns_sglang-abc.log"
+        log.parent.mkdir()
+        log.symlink_to(pod / "0.log")
+    elif mode == "symlink":
+        (tmp_path / "a.log").write_text("")
+        log = tmp_path / "sglang.log"
+        log.symlink_to(tmp_path / "a.log")
+    else:
+        log = tmp_path / "sglang.log"
+        log.write_text("")
     total = 2400
     writer = Writer(log, total, rate=2000, mode=mode, rotate_at=rnd.randrange(300, total - 300))
     port = free_port()
