@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 SGLANG_SOURCE = "sglang_metrics"
 WORKER_RESTART_DELAY = 1.0     # seconds before a worker loop that failed runs again
 WORKERS = ("follow", "scrape", "evaluate", "positions")
+FOLLOW_STUCK_SECONDS = 60.0    # a follower that finished no poll for this long is stuck (it polls every 0.25 s)
 NOT_YET = "not scraped yet"
 LOG_POLL_BUDGET = 1 << 20     # bytes per file per poll
 LOG_READ_CHUNK = 1 << 16      # bytes per read()
@@ -250,7 +251,16 @@ class Sidecar:
 
     def _update_log_up(self) -> None:
         if self.follower is not None:
-            self.engine.set_sources(log_up=any(s.up for s in self.follower.stats.values()))
+            alive = not self._follow_stuck()
+            self.engine.set_sources(log_up=alive and any(s.up for s in self.follower.stats.values()))
+
+    def _follow_stuck(self) -> bool:
+        """The follow thread runs but has not finished a poll for far longer than its interval: its sources read
+        as down, not frozen up, and /healthz fails."""
+        f = self.follower
+        if not self.started or f is None or f.last_poll is None:
+            return False
+        return time.monotonic() - f.last_poll > max(FOLLOW_STUCK_SECONDS, 40 * self.config.poll_interval)
 
     def poll_logs_once(self) -> None:
         """One follower pass (tests and the demo call this instead of running threads)."""
@@ -377,17 +387,19 @@ class Sidecar:
             self.follower.close()
 
     def healthy(self) -> tuple[bool, str]:
-        """Whether every worker runs: False (and which) when a thread is gone or the evaluator is stuck, so
-        /healthz fails and Kubernetes restarts the container."""
+        """Whether every worker runs: False and one word saying which (`<worker>_stopped`, `follow_stuck`,
+        `evaluate_stuck`) when a thread is gone or stuck, so /healthz fails and Kubernetes restarts the container."""
         if not self.started:
             return True, "ok"
         for t in self.threads:
             if not t.is_alive() and not self.stop.is_set():
-                return False, f"worker {t.name} stopped"
+                return False, f"{t.name}_stopped"
+        if self._follow_stuck():
+            return False, "follow_stuck"
         beat = self.heartbeat.get("evaluate")
         limit = max(60.0, 10 * self.config.evaluate_interval)
         if beat is not None and time.monotonic() - beat > limit:
-            return False, "worker evaluate stuck"
+            return False, "evaluate_stuck"
         return True, "ok"
 
     # ------------------------------------------------------------------ reading
@@ -401,9 +413,11 @@ class Sidecar:
             window = SIGNALS_BY_ID["retractions_frequent"].window_seconds
             logs = {}
             if self.follower is not None:
+                stuck = self._follow_stuck()
                 for path, s in self.follower.stats.items():
                     logs[path] = {"lines_read": s.lines_read, "rotations": s.rotations,
-                                  "truncations": s.truncations, "lines_cut": s.lines_cut, "up": s.up,
+                                  "truncations": s.truncations, "lines_cut": s.lines_cut,
+                                  "up": s.up and not stuck,
                                   "stale": s.stale, "rotated_unread": s.rotated_unread}
             return View(
                 snapshot=snap,

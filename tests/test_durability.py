@@ -330,3 +330,48 @@ def test_an_unwritable_positions_file_costs_durability_not_monitoring(tmp_path, 
     assert view.retractions_total == 1 and view.worker_errors["positions"] >= 1
     assert "cannot write" in caplog.text
     sc.shutdown()
+
+
+def test_a_stuck_follower_reads_as_down_and_fails_healthz(tmp_path, monkeypatch):
+    """A follow thread that stops finishing polls (blocked on a hung filesystem, say) must not leave its
+    sources frozen at up: they read down and /healthz fails, so the kubelet restarts the exporter."""
+    import exporter.sidecar as sidecar_mod
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    sc, server, base = _start_in_process(Config(log_files=(str(log),), poll_interval=0.02))
+    try:
+        wait_until(lambda: sc.follower.last_poll is not None, what="a first poll")
+        assert get(base + "/healthz")[0] == 200
+        assert metric(get(base + "/metrics")[1], f'sglang_exporter_source_up{{source="{log}"}}') == 1
+        release = threading.Event()
+        monkeypatch.setattr(sc.follower, "poll_blocks", lambda: release.wait(30) and [])   # hangs
+        monkeypatch.setattr(sidecar_mod, "FOLLOW_STUCK_SECONDS", 0.3)
+        wait_until(lambda: get(base + "/healthz")[0] == 503, timeout=10, what="/healthz failing")
+        assert metric(get(base + "/metrics")[1], f'sglang_exporter_source_up{{source="{log}"}}') == 0
+        release.set()
+    finally:
+        _stop_in_process(sc, server)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_worker_that_dies_fails_healthz_and_one_that_raises_is_restarted(tmp_path):
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    sc, server, base = _start_in_process(Config(log_files=(str(log),), poll_interval=0.02))
+    try:
+        calls = []
+
+        def flaky():
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("a bug")
+            sc.stop.wait()
+        sc._spawn("flaky", flaky)
+        wait_until(lambda: len(calls) >= 2, timeout=10, what="the loop run again after its error")
+        assert sc.view().worker_errors.get("flaky") == 1 and get(base + "/healthz")[0] == 200
+
+        sc._spawn("doomed", lambda: (_ for _ in ()).throw(SystemExit()))    # escapes the supervisor
+        wait_until(lambda: get(base + "/healthz")[0] == 503, timeout=10, what="/healthz failing")
+        assert get(base + "/healthz")[1].strip() == "doomed_stopped"
+    finally:
+        _stop_in_process(sc, server)

@@ -163,6 +163,7 @@ class Follower:
         self.stats: dict[str, FollowStats] = {}
         self.mode: str | None = None         # "inotify" or "poll" once run() has started
         self.backlog = False                 # the last poll stopped at poll_budget with data left
+        self.last_poll: float | None = None  # time.monotonic() at the end of the last poll (liveness)
         self._saved = dict(validate_positions(positions)) if positions else {}
         self._positions: dict = {}
         self._tails: dict[str, _Tail] = {}
@@ -356,6 +357,7 @@ class Follower:
                 # A glob match that went away: forget it (stats stay); if it comes back it is a new file.
                 del self._tails[tail.path]
         self._snapshot()
+        self.last_poll = time.monotonic()
         return out
 
     def _problem(self, tail: _Tail, msg: str) -> None:
