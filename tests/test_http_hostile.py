@@ -387,17 +387,23 @@ def test_auth_remembers_good_credentials_and_hides_user_names(serving, hashes):
         after_wrong.append(t)
     assert statistics.median(after_wrong) < statistics.median(first) / 5, (first, after_wrong)
 
-    # unknown user vs wrong password, measured in back-to-back pairs (in alternating order) so that a burst of
-    # load from elsewhere on the machine falls on both halves of a pair; the median pair decides
-    apart = []
+    # unknown user vs wrong password, in back-to-back pairs (alternating which goes first). Wall time is what an
+    # attacker sees, but on a shared 2-core VM other processes' load swings it by +-40 % per request; this
+    # process's CPU time (bcrypt runs in it) does not swing with them. So: CPU within 20 %, wall within 50 %
+    # (the median pair for both). Without the dummy hash both are ~99 % apart.
+    cpu_apart, wall_apart = [], []
     for i in range(9):
         tries = [("unknown", f"eve{i}", "pw0"), ("wrong", f"prom{i % 5}", "nope")]
-        took = {}
+        cpu, wall = {}, {}
         for kind, user, password in (tries if i % 2 else tries[::-1]):
-            status, took[kind] = timed(port, "/metrics", basic(user, password))
+            c0 = time.process_time()
+            status, wall[kind] = timed(port, "/metrics", basic(user, password))
+            cpu[kind] = time.process_time() - c0
             assert status == 401
-        apart.append((took["unknown"] - took["wrong"]) / max(took.values()))
-    assert abs(statistics.median(apart)) < 0.2, apart
+        cpu_apart.append((cpu["unknown"] - cpu["wrong"]) / max(cpu.values()))
+        wall_apart.append((wall["unknown"] - wall["wrong"]) / max(wall.values()))
+    assert abs(statistics.median(cpu_apart)) < 0.2, cpu_apart
+    assert abs(statistics.median(wall_apart)) < 0.5, wall_apart
 
 
 def test_failing_attempts_do_not_starve_remembered_scrapes(serving, hashes):
