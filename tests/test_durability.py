@@ -257,7 +257,7 @@ class Writer(threading.Thread):
 def _serve(log: Path, positions: Path, port: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "exporter", "serve", "--log-file", str(log),
                              "--positions-file", str(positions), "--from-end", "--listen", f"127.0.0.1:{port}"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(positions.with_suffix(".err"), "ab"),
                             env={**os.environ, "SGLANG_EXPORTER_POLL_INTERVAL": "0.05",
                                  "SGLANG_EXPORTER_POSITIONS_INTERVAL": "0.2"})
 
@@ -311,8 +311,13 @@ def test_sigkill_restart_and_rotation_count_every_line_exactly_once(tmp_path, mo
             wait_until(lambda: _counts(port) is not None, timeout=20, what="answer after restart")
         writer.join(timeout=30)
         expected = (total, total * (total + 1) // 2)
-        wait_until(lambda: _counts(port) == expected, timeout=20,
-                   what=f"counts {expected} (have {_counts(port)})")
+        try:
+            wait_until(lambda: _counts(port) == expected, timeout=20, what=f"counts {expected}")
+        except AssertionError:
+            # what the sidecars said (warnings about the positions file, rotations) is the diagnosis
+            err = positions.with_suffix(".err")
+            raise AssertionError(f"counts {_counts(port)}, expected {expected}; the sidecars' stderr:\n"
+                                 + (err.read_text()[-4000:] if err.exists() else "")) from None
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
