@@ -215,6 +215,21 @@ def test_latest_patches_pick_the_newest_post_release_of_each_version():
         ["0.3.0", "0.4.6.post10", "0.5.1"]
 
 
+def test_the_newest_check_reports_what_a_release_adds_and_what_we_do_not_read():
+    s = _script()
+    newest = _facts(ROOT / "tests" / "fixtures" / "releases" / "0.5.23.json")
+    found = s.compare(newest, "0.4.10.post2")
+    assert "cuda_graph_max_bs_decode" in found["new ServerArgs fields"]
+    assert "cuda_graph_max_bs" in found["removed ServerArgs fields"]
+    assert "num_retracted_requests_total" in found["new metric families"]
+    assert {"#pending-token", "#bootstrap-req"} <= set(found["new batch-line fields"])
+    assert found["advised flags missing from the newest release"] == ["--cuda-graph-max-bs"]
+    assert "tp_size" in found["fields whose flag changed"]          # --tensor-parallel-size -> --tp-size
+    same = s.compare(newest, "0.5.23")
+    assert not any(same[k] for k in ("new ServerArgs fields", "removed ServerArgs fields", "new metric families",
+                                     "new batch-line fields", "fields whose flag changed"))
+
+
 # ------------------------------------------------------------------------------------------------------------
 # the loader API
 
