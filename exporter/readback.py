@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
 
 from exporter.ingest.events import as_event
-from exporter.ingest.follower import Block, _Splitter
+from exporter.ingest.lines import Block
 from exporter.ingest.pipeline import SourceParser
 
 DEFAULT_READBACK_BYTES = 256 << 20
@@ -165,46 +164,6 @@ def clock_offset(path: str, end: int, now: float | None = None) -> float | None:
     diff = mtime - ts
     zone = round(diff / _ZONE_STEP) * _ZONE_STEP
     return zone if abs(diff - zone) <= _ZONE_SLACK else diff
-
-
-class _Range:
-    """A file object that reads only bytes [start, end) of a file."""
-
-    def __init__(self, path: str, start: int, end: int):
-        self._fh = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by read_range
-        self._fh.seek(start)
-        self._left = max(0, end - start)
-
-    def read(self, n: int) -> bytes:
-        if self._left <= 0:
-            return b""
-        data = self._fh.read(min(n, self._left))
-        self._left -= len(data)
-        return data
-
-    def close(self) -> None:
-        self._fh.close()
-
-
-def read_range(path: str, start: int, end: int, max_line_bytes: int = 1 << 20,
-               chunk: int = 1 << 18) -> Iterator[Block]:
-    """The lines of bytes [start, end) of a file, in Blocks (line numbers count from 1 at `start`)."""
-    src = _Range(path, start, end)
-    split = _Splitter(path, max_line_bytes)
-    out: list[Block] = []
-    try:
-        while True:
-            data = src.read(chunk)
-            if not data:
-                break
-            split.feed(data, out)
-            if out:
-                yield from out
-                out.clear()
-        split.flush(out)
-        yield from out
-    finally:
-        src.close()
 
 
 def complete_end(path: str) -> tuple[int, int, int] | None:

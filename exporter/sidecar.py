@@ -22,6 +22,7 @@ from exporter.catalog import SIGNALS_BY_ID
 from exporter.config import Config
 from exporter.engine import Engine, Snapshot
 from exporter.ingest.follower import Follower
+from exporter.ingest.lines import read_range
 from exporter.ingest.pipeline import Sources as LogSources
 from exporter.ingest.positions import FINGERPRINT_BYTES
 from exporter.scrape import metrics_url, scrape
@@ -176,7 +177,7 @@ class Sidecar:
         seconds from it to real time; None: the log has no timestamps); returns how many."""
         feed = self.log_sources.feed_blocks
         lines = 0
-        for block in readback.read_range(path, start, end, self.config.max_line_bytes):
+        for block in read_range(path, start, end, self.config.max_line_bytes):
             lines += len(block.texts)
             self._ingest_history(feed([block]), offset)
         self._ingest_history(self.log_sources.flush(), offset)

@@ -5,6 +5,7 @@ import calendar
 import os
 
 from exporter import readback
+from exporter.ingest.lines import read_range
 
 ARGS_OLD = "[2025-06-01 10:00:00] server_args=ServerArgs(model_path='a', tp_size=1)\n"
 ARGS_NEW = "[2025-06-01 12:00:00] server_args={'model_path': 'b', 'tp_size': 2}\n"
@@ -62,7 +63,7 @@ def test_complete_end_leaves_an_unfinished_last_line_to_the_follower(tmp_path):
     log.write_text(BATCH + "[2025-06-01 12:00:07 TP0] Decode ba")
     end, dev, ino = readback.complete_end(str(log))
     assert end == len(BATCH) and ino == log.stat().st_ino
-    blocks = list(readback.read_range(str(log), 0, end))
+    blocks = list(read_range(str(log), 0, end))
     assert [t for b in blocks for t in b.texts] == [BATCH.rstrip("\n")]
 
 

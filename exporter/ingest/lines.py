@@ -188,6 +188,31 @@ def read_blocks(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 18) 
     return _iter_stream(f, path, max_line_bytes, chunk, close=True)
 
 
+def read_range(path: str, start: int, end: int, max_line_bytes: int = 1 << 20,
+               chunk: int = 1 << 18) -> Iterator[Block]:
+    """`read_blocks` of bytes [start, end) of a file (line numbers count from 1 at `start`). Opens now."""
+    return _iter_stream(_Range(path, start, end), path, max_line_bytes, chunk, close=True)
+
+
+class _Range:
+    """A file object that reads only bytes [start, end) of a file."""
+
+    def __init__(self, path: str, start: int, end: int):
+        self._fh = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by _iter_stream
+        self._fh.seek(start)
+        self._left = max(0, end - start)
+
+    def read(self, n: int) -> bytes:
+        if self._left <= 0:
+            return b""
+        data = self._fh.read(min(n, self._left))
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._fh.close()
+
+
 def _iter_stream(f, source: str, max_line_bytes: int, chunk: int, close: bool) -> Iterator[Block]:
     split = _Splitter(source, max_line_bytes)
     read = getattr(f, "read1", None) or f.read
