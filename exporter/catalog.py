@@ -557,6 +557,16 @@ VALUE_RANGES: dict[str, tuple[float, float]] = {
     "prompt_tokens": (0.0, COUNTER_MAX),
     "histogram_bucket": (0.0, COUNTER_MAX),  # a latency histogram's cumulative bucket count
     "bytes": (0.0, float(2 ** 50)),          # GPU memory figures: below 1 PiB
+    # the other values of SGLang's /metrics the exporter reads (catalog_native.NATIVE_VALUES)
+    **dict.fromkeys(("full_usage", "swa_usage", "mamba_usage", "cache_hit_rate", "utilization", "fwd_occupancy",
+                     "spec_accept_rate"), (0.0, 1.5)),
+    **dict.fromkeys(("paused", "kv_used_tokens", "kv_available_tokens", "kv_evictable_tokens",
+                     "max_total_num_tokens", "retracted_gauge", "prefill_bootstrap_queue", "prefill_prealloc_queue",
+                     "prefill_inflight_queue", "decode_prealloc_queue", "decode_transfer_queue"), (0.0, COUNT_MAX)),
+    **dict.fromkeys(("cached_tokens", "transfer_failed"), (0.0, COUNTER_MAX)),
+    **dict.fromkeys(("headroom_gb", "weight_memory_gb", "kv_cache_memory_gb"), (0.0, float(2 ** 20))),  # GiB
+    "new_token_ratio": (0.0, 10.0),
+    "spec_accept_length": (0.0, 1e4),
 }
 
 # Valid ranges of the numbers SGLang's log records print, per event field (docs/log-events.md): low <= value <

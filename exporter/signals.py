@@ -1,7 +1,9 @@
 """Pure evaluation of every catalog signal from (state, thresholds, sources, now).
 
 No clocks, no I/O, no mutation: the same function judges a live server (arrival time) and a replayed log
-(the log's own timestamps). A signal whose inputs are missing is unknown (firing=None), never healthy.
+(the log's own timestamps). A signal whose inputs are missing is unknown (firing=None), never healthy: with
+/metrics as the only source, a signal whose inputs the scraped release does not export (catalog_native.
+SIGNAL_METRICS) is unknown with that reason, and its Judgement says `unsupported`.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from exporter.catalog import SIGNALS
+from exporter.catalog_native import missing_metrics
 from exporter.failures import STAGE_TEXT
 from exporter.state import ServerState
 
@@ -29,6 +32,8 @@ class Judgement:
     value: float | None
     detail: str = ""
     cause: tuple | None = None     # a firing failure signal's (cause class, cause line)
+    unsupported: bool = False      # unknown because the only live source cannot feed it (the release's
+                                   # /metrics lacks its inputs, or it is read from logs only)
 
 
 def evaluate(state: ServerState, params: dict, sources: Sources, now: float) -> dict[str, Judgement]:
@@ -48,24 +53,42 @@ class Evaluator:
         self._plan = tuple((s.id, s.severity, s.window_seconds, _JUDGES[s.id], params[s.id])
                            for s in SIGNALS if params.get(s.id) is not None)
         self._last: dict[str, tuple] = {}      # signal id -> (what its judge said, the Judgement)
+        self._gates: dict[tuple, tuple | None] = {}    # _missing's answers
         self.changed: list[str] = []
 
     def __call__(self, state: ServerState, sources: Sources, now: float) -> dict[str, Judgement]:
         out = {}
         last = self._last
         self.changed = changed = []
+        gate = not state.log_fed and sources.metrics_up and not sources.log_up
         for sid, severity, window, judge, p in self._plan:
-            said = judge(state, p, sources, now, window)
+            said = self._missing(sid, state) if gate else None
+            if said is None:
+                said = judge(state, p, sources, now, window)
             seen = last.get(sid)
             if seen is None or seen[0] != said:
                 firing, value, detail = said[:3]
                 if detail.__class__ is not str:
                     detail = detail[0].format(*detail[1:])
                 seen = last[sid] = (said, Judgement(sid, severity, firing, value, detail,
-                                                    said[3] if len(said) > 3 else None))
+                                                    said[3] if len(said) > 3 else None,
+                                                    len(said) > 4 and said[4]))
                 changed.append(sid)
             out[sid] = seen[1]
         return out
+
+    def _missing(self, sid: str, state: ServerState) -> tuple | None:
+        """/metrics alone feeds the state: (unknown, reason, unsupported) when the scrape lacks the signal's
+        inputs, else None. Kept per (signal, what the scrape carried), which changes with the release only."""
+        key = (sid, state.native_present, state.native_seen)
+        said = self._gates.get(key, False)
+        if said is False:
+            reason = missing_metrics(sid, state.native_present, state.native_seen)
+            said = (None, None, reason, None, True) if reason else None
+            if len(self._gates) > 4096:
+                self._gates.clear()
+            self._gates[key] = said
+        return said
 
 
 def _fed_by_batches(state: ServerState, sources: Sources) -> bool:
