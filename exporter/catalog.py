@@ -474,6 +474,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "while it cannot be judged.", ("signal", "severity")),
     MetricSpec(f"{NS}_signal_known", "gauge", "1 when the signal has the data it needs to be judged.",
                ("signal",)),
+    MetricSpec(f"{NS}_signal_unsupported", "gauge", "1 while the signal is unknown because its only live "
+               "source cannot feed it: the scraped SGLang release does not export its inputs on /metrics, or it "
+               "is read from logs only (the API and the report say which); 0 otherwise.", ("signal",)),
     MetricSpec(f"{NS}_signal_value", "gauge", "The value the signal judges, in the unit its catalog entry "
                "names (ratio, per_minute, bytes, count, seconds).", ("signal",)),
     MetricSpec(f"{NS}_signal_state_duration_seconds", "gauge", "Seconds the signal has been in its current "

@@ -110,8 +110,17 @@ SIGNAL_METRICS: dict[str, tuple | None] = {
 
 def native_metric_names(value: str) -> tuple[str, ...]:
     """The exposed `sglang:` names of a value's families (counters with `_total`, as Prometheus sees them)."""
-    v = NATIVE_BY_NAME[value]
-    return tuple("sglang:" + f + ("_total" if v.kind == "counter" else "") for f in v.families)
+    return tuple(_exposed_name(f) for f in NATIVE_BY_NAME[value].families)
+
+
+@cache
+def _exposed_name(short: str) -> str:
+    span = family_span(short)
+    if span is not None:
+        for fam in releases.metric_families(span[0]).values():
+            if fam.short in (short, short + "_total"):
+                return "sglang:" + short + ("_total" if fam.type == "counter" else "")
+    return "sglang:" + short
 
 
 @cache

@@ -208,3 +208,43 @@ def test_missing_metrics_names_the_releases_of_the_inputs():
     assert "sglang:startup_available_gpu_memory_gb (0.5.11+)" in reason
     assert missing_metrics("queue_above_range", {"queue"}) == ""
     assert missing_metrics("oom_decode", {"queue"}).startswith("read from SGLang's logs only")
+
+
+def test_the_signal_sources_doc_is_fresh_and_names_every_signal():
+    from exporter.generate import sources
+    assert sources.check() == [], "docs/signal-sources.md is stale: run `sglang-exporter generate`"
+    text = sources.DEFAULT_OUT.read_text()
+    assert all(f"| `{s.id}` |" in text for s in SIGNALS)
+
+
+@pytest.fixture
+def target():
+    from tests.test_scrape import Target
+    t = Target()
+    yield t
+    t.close()
+
+
+@pytest.mark.parametrize("release,retractions", [("0.4.6.post5", False), ("0.5.23", True)])
+def test_a_metrics_only_sidecar_says_which_judgements_the_release_cannot_make(target, release, retractions):
+    """serve --sglang-url (no log) over real HTTP: /metrics marks the unsupported signals, the API says why."""
+    from exporter.config import Config
+    from exporter.sidecar import Sidecar
+    from tests.test_scrape import Clock, families, metric, ok
+    clock = Clock()
+    sc = Sidecar(Config(sglang_url=target.base, scrape_timeout=2.0), clock=clock)
+    for step in range(1, 5):
+        target.serve(ok(expositions.healthy(release, step)))
+        clock.t += 15
+        sc.scrape_once()
+    fams = families(sc)
+    unsupported = metric(fams, "sglang_exporter_signal_unsupported", {"signal": "retraction_storm"})
+    firing = metric(fams, "sglang_exporter_signal_firing", {"signal": "retraction_storm"})
+    j = sc.view().snapshot.judgements["retraction_storm"]
+    if retractions:
+        assert (unsupported, firing, j.firing) == (0.0, 0.0, False)
+    else:
+        assert (unsupported, firing, j.firing) == (1.0, None, None)      # no ok on nothing: no series at all
+        assert "not exported by this release" in j.detail
+    assert metric(fams, "sglang_exporter_signal_unsupported", {"signal": "oom_decode"}) == 1.0
+    assert metric(fams, "sglang_exporter_signal_unsupported", {"signal": "queue_above_range"}) == 0.0
