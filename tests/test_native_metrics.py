@@ -248,3 +248,21 @@ def test_a_metrics_only_sidecar_says_which_judgements_the_release_cannot_make(ta
         assert "not exported by this release" in j.detail
     assert metric(fams, "sglang_exporter_signal_unsupported", {"signal": "oom_decode"}) == 1.0
     assert metric(fams, "sglang_exporter_signal_unsupported", {"signal": "queue_above_range"}) == 0.0
+
+
+def test_the_simulators_newest_metrics_alone_page_on_a_retraction_storm():
+    """The simulator's 0.5.23 /metrics carries the newer families: a metrics-only engine judges the storm, the
+    headroom and the capacity from them, as it would in front of the simulator in e2e."""
+    from exporter.simulate import Simulator, load_scenario
+    for scenario, storm in (("retraction_storm", True), ("healthy_offline", False)):
+        sim = Simulator(load_scenario(scenario), fmt="0.5.23")
+        eng = _engine()
+        t = 0.0
+        while t < sim.duration:
+            t += 5.0
+            sim.lines_until(t)
+            eng.ingest_scrape(parse_exposition(sim.metrics_text()), 1000.0 + t)
+        judged = eng.evaluate(1000.0 + t).judgements
+        assert judged["retraction_storm"].firing is storm, (scenario, judged["retraction_storm"])
+        assert judged["gpu_headroom_low"].firing is not None
+        assert eng.state.memory_config.get("max_total_num_tokens")
