@@ -217,14 +217,17 @@ def overview_panels() -> list:
         row("Health signals"),
         Panel("Signals", "state-timeline", "none", w=24, h=10,
               shows="Every health signal of the catalog per server over time: ok, firing, or unknown (not "
-                    f"enough data to judge). Signals: {_signal_catalog_text()}.",
+                    "enough data to judge; 'not exported by this release' when the only source, SGLang's "
+                    f"/metrics, lacks its inputs). Signals: {_signal_catalog_text()}.",
               good="all ok (green); unknown is normal right after start-up and for signals the profile turns "
                    "off.",
               bad="a firing (red) row: open its runbook (docs/runbooks) and follow the advice table below.",
               targets=[Target(f"max by ({BY}, signal) ({NS}_signal_firing{{{SEL}}})\nor\n"
+                              f"max by ({BY}, signal) ({NS}_signal_unsupported{{{SEL}}} == 1) * 0 - 2\nor\n"
                               f"max by ({BY}, signal) ({NS}_signal_known{{{SEL}}}) * 0 - 1",
                               "{{instance}} {{signal}}")],
-              mappings=[(-1, "unknown", "text"), (0, "ok", "green"), (1, "firing", "red")],
+              mappings=[(-2, "not exported by this release", "purple"), (-1, "unknown", "text"),
+                        (0, "ok", "green"), (1, "firing", "red")],
               steps=[(None, "green")]),
         Panel("Failure causes", "table", "none", w=24, h=5,
               shows="Why a failure signal fires (server_crashed, startup_oom, startup_stalled): the last exception "
