@@ -395,8 +395,9 @@ SIGNALS: tuple[Signal, ...] = (
 
 
 from exporter.catalog_failures import FAILURE_SIGNALS  # noqa: E402 (it builds on the classes above)
+from exporter.catalog_tuning import TUNING_SIGNALS  # noqa: E402 (it builds on the classes above)
 
-SIGNALS = SIGNALS + FAILURE_SIGNALS
+SIGNALS = SIGNALS + TUNING_SIGNALS + FAILURE_SIGNALS
 SIGNALS_BY_ID = {s.id: s for s in SIGNALS}
 FAILURE_IDS = tuple(s.id for s in SIGNALS if s.failure)
 

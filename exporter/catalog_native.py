@@ -105,7 +105,18 @@ SIGNAL_METRICS: dict[str, tuple | None] = {
     "server_crashed": None,
     "startup_oom": None,
     "startup_stalled": None,
+    "queue_wait_high": (("queue_time",),),
+    "prefix_reuse_missed": (("queue",), ("cache_hit_rate",)),
+    "kv_pressure": (("usage", "full_usage", "swa_usage", "mamba_usage", "paused"),
+                    ("kv_evictable_tokens", "paused")),
+    "spec_accept_low": (("spec_accept_length",),),
+    "pd_backlog": (("prefill_bootstrap_queue", "prefill_prealloc_queue", "prefill_inflight_queue",
+                    "decode_prealloc_queue", "decode_transfer_queue"),),
 }
+PD_QUEUES = SIGNAL_METRICS["pd_backlog"][0]
+# Signals no log line can feed: with logs as the only source they are unknown and unsupported.
+METRICS_ONLY = frozenset(("latency_high", "queue_wait_high", "prefix_reuse_missed", "kv_pressure",
+                          "spec_accept_low", "pd_backlog"))
 
 
 def native_metric_names(value: str) -> tuple[str, ...]:

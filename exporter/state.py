@@ -302,6 +302,10 @@ class ServerState:
         self.native_seen: frozenset = frozenset()      # SGLang families it carried: the releases it can be
         self.native: dict[tuple, dict] = {}            # rank -> the last scrape's gauges (all of them)
         self._last_retracted_gauge: float | None = None
+        # one server-wide sample per scrape of what only /metrics tells (catalog_tuning's signals read them)
+        self.scrape_samples: deque = deque()     # (t, {queue, usage, hit, evictable, capacity, paused, spec, pd})
+        self.scrape_window = max(window[sid] for sid in ("prefix_reuse_missed", "kv_pressure", "spec_accept_low",
+                                                          "pd_backlog"))
 
     @property
     def ranks(self) -> dict[tuple, RankValues]:
@@ -576,9 +580,20 @@ class ServerState:
         self._scrape_facts(scrape)
         # progress: generated or prefilled tokens advancing (frozen gauges cannot show a hang)
         progressed = False
-        for name in ("generation_tokens", "prompt_tokens"):
-            grew = self._increase(name, scrape)
-            progressed = progressed or bool(grew)
+        growth = {}
+        for name in ("generation_tokens", "prompt_tokens", "cached_tokens"):
+            growth[name] = grew = self._increase(name, scrape)
+            progressed = progressed or (bool(grew) and name != "cached_tokens")
+        if scrape.ranks:
+            sample = scrape_sample(scrape.ranks)
+            # the prefix hit rate of the prompts since the last scrape: cached_tokens_total over
+            # prompt_tokens_total; the cache_hit_rate gauge (the last prefill batch's, zeroed by every decode
+            # report on 0.4.4-0.5.19) only when the counters did not move
+            if growth["prompt_tokens"] and growth["cached_tokens"] is not None:
+                sample["hit"] = min(1.0, growth["cached_tokens"] / growth["prompt_tokens"])
+            self.scrape_samples.append((now, sample))
+            if len(self.scrape_samples) > MAX_WINDOW_SAMPLES:
+                self.scrape_samples.popleft()
         pending = sum((v.get("queue") or 0) + (v.get("running") or 0) for v in scrape.ranks.values())
         if (progressed or pending == 0 or self.last_progress_t is None) and not self.log_fed:
             self.last_progress_t = now
@@ -660,6 +675,7 @@ class ServerState:
         self.histograms.clear()
         self.native = {}
         self.native_present = frozenset()
+        self.scrape_samples.clear()
 
     # ------------------------------------------------------------------ durability
     _COUNTERS = ("retractions_total", "retracted_requests_total", "watchdog_total", "restarts")
@@ -691,6 +707,9 @@ class ServerState:
     # ------------------------------------------------------------------ time
     def expire(self, now: float) -> None:
         self.samples.expire(now)
+        edge = now - self.scrape_window
+        while self.scrape_samples and self.scrape_samples[0][0] < edge:
+            self.scrape_samples.popleft()
         self.retractions.expire(now)
         for w in self.ooms.values():
             w.expire(now)
@@ -742,6 +761,34 @@ def _pool_usage(vals: dict):
         if v is not None and (best is None or v > best):
             best = v
     return best
+
+
+_PD = ("prefill_bootstrap_queue", "prefill_prealloc_queue", "prefill_inflight_queue", "decode_prealloc_queue",
+       "decode_transfer_queue")
+
+
+def scrape_sample(ranks: dict) -> dict:
+    """One server-wide sample of a scrape's per-rank gauges: sums over schedulers (the lowest TP rank of each
+    DP rank: TP ranks of one DP rank repeat its numbers), the fullest pool, the best hit rate, the mean accept
+    length of the ranks that speculate; None where no rank reported the value."""
+    leaders: dict = {}
+    for key in sorted(ranks, key=lambda k: tuple(-1 if v is None else v if isinstance(v, int) else 1 << 30
+                                                 for v in k)):
+        leaders.setdefault(key[0], ranks[key])
+
+    def total(name):
+        vals = [v[name] for v in leaders.values() if v.get(name) is not None]
+        return sum(vals) if vals else None
+
+    usages = [u for u in (_pool_usage(v) for v in ranks.values()) if u is not None]
+    hits = [v["cache_hit_rate"] for v in ranks.values() if v.get("cache_hit_rate") is not None]
+    spec = [v["spec_accept_length"] for v in ranks.values() if v.get("spec_accept_length")]
+    pd = [total(name) for name in _PD]
+    pd = [x for x in pd if x is not None]
+    return {"queue": total("queue"), "usage": max(usages) if usages else None, "hit": max(hits) if hits else None,
+            "evictable": total("kv_evictable_tokens"), "capacity": total("max_total_num_tokens"),
+            "paused": total("paused"), "spec": sum(spec) / len(spec) if spec else None,
+            "pd": sum(pd) if pd else None}
 
 
 def _present_of(scrape) -> set:

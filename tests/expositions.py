@@ -25,13 +25,13 @@ PID_GAUGES = ("num_retracted_reqs", "num_paused_reqs")     # multiprocess_mode "
 # steady, healthy values (offline profile): every signal that can be judged says ok
 HEALTHY = {
     "num_queue_reqs": 150, "num_running_reqs": 40, "token_usage": 0.95, "gen_throughput": 2400.0,
-    "is_cuda_graph": 1, "cache_hit_rate": 0.4, "num_used_tokens": 90000, "startup_available_gpu_memory_gb": 6.5,
+    "is_cuda_graph": 1, "cache_hit_rate": 0.1, "num_used_tokens": 90000, "startup_available_gpu_memory_gb": 6.5,
     "max_total_num_tokens": 100000, "new_token_ratio": 0.4, "num_retracted_reqs": 0, "num_paused_reqs": 0,
     "kv_used_tokens": 90000, "kv_available_tokens": 10000, "kv_evictable_tokens": 5000, "utilization": 0.9,
     "full_token_usage": 0.95, "swa_token_usage": 0.5, "mamba_usage": 0.3, "total_retracted_reqs": 0,
 }
 # counters that count from the first request (present from the first scrape with traffic)
-STEADY_COUNTERS = ("prompt_tokens", "generation_tokens", "num_requests", "cached_tokens")
+STEADY_COUNTERS = ("prompt_tokens", "generation_tokens", "num_requests")   # cached_tokens: 10% of prompts
 LATENCY = {"time_to_first_token_seconds": 0.2, "inter_token_latency_seconds": 0.02,
            "time_per_output_token_seconds": 0.02, "e2e_request_latency_seconds": 5.0, "queue_time_seconds": 0.1,
            "queue_time_s": 0.1}
@@ -81,7 +81,7 @@ def render(release: str, gauges: dict | None = None, counters: dict | None = Non
 
 def healthy(release: str, step: int = 1) -> str:
     """A healthy server's exposition at scrape `step` (counters grow with it)."""
-    return render(release, HEALTHY, {c: 1000 * step for c in STEADY_COUNTERS},
+    return render(release, HEALTHY, {**{c: 1000 * step for c in STEADY_COUNTERS}, "cached_tokens": 100 * step},
                   {h: [v] * (10 * step) for h, v in LATENCY.items()})
 
 

@@ -266,3 +266,82 @@ def test_the_simulators_newest_metrics_alone_page_on_a_retraction_storm():
         assert judged["retraction_storm"].firing is storm, (scenario, judged["retraction_storm"])
         assert judged["gpu_headroom_low"].firing is not None
         assert eng.state.memory_config.get("max_total_num_tokens")
+
+
+# ------------------------------------------------------------------------------ the tuning signals (catalog_tuning)
+def _online_judge(texts, profile="online", log_args=None, step=15.0):
+    eng = Engine(Config(profile=profile), log_fed=False)
+    eng.set_sources(metrics_up=True)
+    if log_args is not None:
+        eng.state.server_args = dict(log_args)
+    for i, text in enumerate(texts):
+        eng.ingest_scrape(parse_exposition(text), 1000.0 + i * step)
+    return eng.evaluate(1000.0 + (len(texts) - 1) * step).judgements
+
+
+@pytest.mark.parametrize("wait,fires", [(0.2, False), (4.0, True)])
+def test_queue_wait_high_from_queue_time_seconds(wait, fires):
+    texts = [expositions.render("0.5.23", expositions.HEALTHY, {}, {"queue_time_seconds": [wait] * (20 * s)})
+             for s in range(1, 5)]
+    j = _online_judge(texts)["queue_wait_high"]
+    assert j.firing is fires, j
+
+
+def test_queue_wait_is_unknown_on_releases_without_queue_time():
+    j = _online_judge([expositions.healthy("0.4.10.post2", s) for s in range(1, 5)])["queue_wait_high"]
+    assert j.firing is None and j.unsupported and "sglang:queue_time_seconds (0.5.3.post3+)" in j.detail
+
+
+@pytest.mark.parametrize("hit,queue,policy,fires", [(0.6, 50, None, True), (0.6, 50, "fcfs", True),
+                                                    (0.6, 50, "lpm", False), (0.05, 50, "fcfs", False),
+                                                    (0.6, 0, "fcfs", False)])
+def test_prefix_reuse_missed(hit, queue, policy, fires):
+    g = dict(expositions.HEALTHY, cache_hit_rate=hit, num_queue_reqs=queue)
+    args = None if policy is None else {"schedule_policy": policy}
+    j = _online_judge([expositions.render("0.5.23", g)] * 4, log_args=args)["prefix_reuse_missed"]
+    assert j.firing is fires, j
+    if policy is None:
+        assert "schedule policy not known" in j.detail
+
+
+@pytest.mark.parametrize("usage,evictable,paused,fires", [(0.99, 100, 0, True), (0.99, 50000, 0, False),
+                                                          (0.5, 100, 0, False), (0.5, 50000, 2, True)])
+def test_kv_pressure(usage, evictable, paused, fires):
+    g = dict(expositions.HEALTHY, token_usage=usage, full_token_usage=usage, kv_evictable_tokens=evictable,
+             num_paused_reqs=paused)
+    j = _online_judge([expositions.render("0.5.23", g)] * 4)["kv_pressure"]
+    assert j.firing is fires, j
+
+
+@pytest.mark.parametrize("length,fires", [(1.1, True), (3.2, False)])
+def test_spec_accept_low(length, fires):
+    g = dict(expositions.HEALTHY, spec_accept_length=length, spec_accept_rate=length / 4)
+    j = _online_judge([expositions.render("0.5.23", g)] * 4)["spec_accept_low"]
+    assert j.firing is fires and j.value == pytest.approx(length), j
+
+
+def test_spec_accept_is_unknown_without_speculative_decoding():
+    j = _online_judge([expositions.healthy("0.5.23", s) for s in range(1, 5)])["spec_accept_low"]
+    assert j.firing is None
+
+
+@pytest.mark.parametrize("prealloc,transfer,fires", [(200, 10, True), (5, 3, False)])
+def test_pd_backlog(prealloc, transfer, fires):
+    g = dict(expositions.HEALTHY, num_decode_prealloc_queue_reqs=prealloc, num_decode_transfer_queue_reqs=transfer)
+    j = _online_judge([expositions.render("0.5.23", g)] * 4)["pd_backlog"]
+    assert j.firing is fires, j
+    # the misspelt 0.4.x inflight family feeds the same queue
+    g = dict(expositions.HEALTHY, num_prefill_infight_queue_reqs=prealloc + transfer)
+    j = _online_judge([expositions.render("0.4.8.post1", g)] * 4)["pd_backlog"]
+    assert j.firing is fires, j
+
+
+@pytest.mark.parametrize("cached_share,fires", [(0.6, True), (0.05, False)])
+def test_prefix_reuse_reads_the_hit_rate_from_the_token_counters(cached_share, fires):
+    """On 0.4.4-0.5.19 every decode report zeroes cache_hit_rate: the cached/prompt token counters tell."""
+    g = dict(expositions.HEALTHY, cache_hit_rate=0.0, num_queue_reqs=50)
+    texts = [expositions.render("0.5.12.post1", g, {"prompt_tokens": 1000 * s,
+                                                    "cached_tokens": round(1000 * s * cached_share)})
+             for s in range(1, 6)]
+    j = _online_judge(texts, log_args={"schedule_policy": "fcfs"})["prefix_reuse_missed"]
+    assert j.firing is fires, j
