@@ -800,7 +800,7 @@ def _panel(p: Panel, pid: int, x: int, y: int) -> dict:
 def _variables() -> list:
     def query_var(name, label, query, regex=""):
         return {"allValue": ".*", "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-                "datasource": DS, "definition": query, "hide": 0, "includeAll": True, "label": label,
+                "datasource": DS, "hide": 0, "includeAll": True, "label": label,
                 "multi": True, "name": name, "options": [], "query": query, "refresh": 2, "regex": regex,
                 "skipUrlSync": False, "sort": 1, "type": "query"}
 
