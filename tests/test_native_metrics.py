@@ -345,3 +345,17 @@ def test_prefix_reuse_reads_the_hit_rate_from_the_token_counters(cached_share, f
              for s in range(1, 6)]
     j = _online_judge(texts, log_args={"schedule_policy": "fcfs"})["prefix_reuse_missed"]
     assert j.firing is fires, j
+
+
+def test_the_generators_sglang_tables_agree_with_the_release_data():
+    """The alert and dashboard generators' tables of SGLang metrics (versions as the reference spells them)
+    name families the release data defines, with the same type; those that feed a value are in the map."""
+    from exporter.generate import alerts, dashboards
+    tables = [(name, typ) for name, (_, _, typ) in alerts.SGLANG_METRICS.items()]
+    tables += [(name, typ) for name, (typ, _, _) in dashboards.SGLANG_METRICS.items()]
+    for name, typ in tables:
+        first = releases.first_release(name)
+        assert first is not None, f"{name}: no release defines it"
+        types = {f.type for r in ALL for f in releases.metric_families(r).values()
+                 if _short(f.name) == _short(name)}
+        assert typ in types, f"{name}: {typ} in the generator, {types} in the releases"
