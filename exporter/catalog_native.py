@@ -73,6 +73,9 @@ NATIVE_VALUES: tuple[NativeValue, ...] = (
     # the 0.4.9-0.5.2 gauge total_retracted_reqs counts since start-up, as a counter does
     NativeValue("retracted_requests", "counter", ("num_retracted_requests", "total_retracted_reqs"),
                 "requests retracted"),
+    # sglang:cuda_graph_passes_total{mode=decode_cuda_graph|decode_none|prefill_...} (0.5.7+), split by mode
+    NativeValue("decode_graph_passes", "counter", ("cuda_graph_passes",), "decode forward passes run as a CUDA graph"),
+    NativeValue("decode_eager_passes", "counter", ("cuda_graph_passes",), "decode forward passes run without one"),
     NativeValue("transfer_failed", "counter", ("num_transfer_failed_reqs", "num_bootstrap_failed_reqs"),
                 "PD: KV transfers or bootstraps that failed"),
     # histograms (buckets summed over series)
@@ -97,7 +100,7 @@ SIGNAL_METRICS: dict[str, tuple | None] = {
     "retraction_storm": (RETRACTION_VALUES,),
     "gpu_headroom_low": (("headroom_gb",),),
     "gpu_headroom_high": (("headroom_gb",),),
-    "cuda_graph_off_small_batch": (("cuda_graph",), ("running",)),
+    "cuda_graph_off_small_batch": (("cuda_graph", "decode_eager_passes"), ("running",)),
     "oom_prefill": None,
     "oom_decode": None,
     "stalled": (("queue", "running"),),
@@ -134,10 +137,21 @@ def _exposed_name(short: str) -> str:
     return "sglang:" + short
 
 
+# Values fed by only some series of a family: value -> (label, test of its value)
+SERIES_FILTERS = {
+    "decode_graph_passes": ("mode", lambda m: m.startswith("decode") and "cuda_graph" in m),
+    "decode_eager_passes": ("mode", lambda m: m.startswith("decode") and "cuda_graph" not in m),
+}
+
+
 @cache
 def family_values() -> dict[str, str]:
-    """Short family name (counters without `_total`) -> the value it feeds."""
-    return {f: v.name for v in NATIVE_VALUES for f in v.families}
+    """Short family name (counters without `_total`) -> the (first) value it feeds."""
+    out: dict[str, str] = {}
+    for v in NATIVE_VALUES:
+        for f in v.families:
+            out.setdefault(f, v.name)
+    return out
 
 
 def _defined_short(release: str) -> set[str]:

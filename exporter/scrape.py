@@ -25,10 +25,13 @@ from urllib.parse import urlsplit
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.catalog import VALUE_RANGES
-from exporter.catalog_native import NATIVE_VALUES
+from exporter.catalog_native import NATIVE_VALUES, SERIES_FILTERS
 
 # SGLang's families -> our values: one table, in the catalog (exporter/catalog_native.py)
-_BY_FAMILY = {f: (v.name, v.kind, v.families.index(f)) for v in NATIVE_VALUES for f in v.families}
+_BY_FAMILY: dict[str, list] = {}
+for _v in NATIVE_VALUES:
+    for _f in _v.families:
+        _BY_FAMILY.setdefault(_f, []).append((_v.name, _v.kind, _v.families.index(_f)))
 _COUNTERS = tuple(v.name for v in NATIVE_VALUES if v.kind == "counter")
 _SUMMED_GAUGES = frozenset(("retracted_gauge", "paused"))   # one series per process (pid label): they add up
 MAX_SEEN = 512         # SGLang family names kept per scrape (to tell the release's families; bounded)
@@ -114,51 +117,8 @@ def parse_exposition(text: str) -> ScrapeResult:
             short = short[:-len("_total")]
         if len(res.seen) < MAX_SEEN:
             res.seen.add(short)
-        found = _BY_FAMILY.get(short)
-        if found is None:
-            continue
-        ours, kind, rank = found
-        if kind == "gauge":
-            for s in fam.samples:
-                if s.labels.get("priority"):     # per-priority series repeat the total (priority="")
-                    continue
-                if not _believable(res, ours, s.value):
-                    continue
-                vals = res.ranks.setdefault(_rank(s.labels), {})
-                if ours == "cuda_graph":
-                    vals[ours] = bool(s.value)
-                elif ours in _SUMMED_GAUGES:
-                    vals[ours] = vals.get(ours, 0.0) + s.value
-                else:
-                    vals[ours] = s.value
-                res.present.add(ours)
-                res.model = res.model or s.labels.get("model_name", "")
-        elif kind == "histogram":
-            buckets: dict | None = {}
-            for s in fam.samples:
-                if s.name.endswith("_bucket") and "le" in s.labels:
-                    le = _bucket_bound(res, s.labels["le"])
-                    if le is None or not _believable(res, "histogram_bucket", s.value):
-                        buckets = None
-                    elif buckets is not None:
-                        buckets[le] = buckets.get(le, 0.0) + s.value
-            if buckets is not None:
-                merged = res.histograms.setdefault(short, {})
-                for le, n in buckets.items():
-                    merged[le] = merged.get(le, 0.0) + n
-                res.present.add(ours)
-        else:
-            series: dict | None = {}
-            for s in fam.samples:
-                if s.name.endswith("_created") or s.labels.get("priority"):
-                    continue
-                if not _believable(res, ours, s.value):
-                    series = None
-                elif series is not None:
-                    key = tuple(sorted(s.labels.items()))
-                    series[key] = series.get(key, 0.0) + s.value
-            if series is not None:
-                counters[f"{ours}:{rank}"] = series
+        for ours, kind, rank in _BY_FAMILY.get(short, ()):
+            _read_family(res, fam, short, ours, kind, rank, counters)
     for ours in _COUNTERS:
         present = sorted(k for k in counters if k.startswith(ours + ":"))
         if present:
@@ -167,6 +127,54 @@ def parse_exposition(text: str) -> ScrapeResult:
             res.counters[ours] = sum(series.values())
             res.present.add(ours)
     return res
+
+
+def _read_family(res: ScrapeResult, fam, short: str, ours: str, kind: str, rank: int, counters: dict) -> None:
+    """Fold one SGLang family into value `ours` of the result."""
+    if kind == "gauge":
+        for s in fam.samples:
+            if s.labels.get("priority"):     # per-priority series repeat the total (priority="")
+                continue
+            if not _believable(res, ours, s.value):
+                continue
+            vals = res.ranks.setdefault(_rank(s.labels), {})
+            if ours == "cuda_graph":
+                vals[ours] = bool(s.value)
+            elif ours in _SUMMED_GAUGES:
+                vals[ours] = vals.get(ours, 0.0) + s.value
+            else:
+                vals[ours] = s.value
+            res.present.add(ours)
+            res.model = res.model or s.labels.get("model_name", "")
+    elif kind == "histogram":
+        buckets: dict | None = {}
+        for s in fam.samples:
+            if s.name.endswith("_bucket") and "le" in s.labels:
+                le = _bucket_bound(res, s.labels["le"])
+                if le is None or not _believable(res, "histogram_bucket", s.value):
+                    buckets = None
+                elif buckets is not None:
+                    buckets[le] = buckets.get(le, 0.0) + s.value
+        if buckets is not None:
+            merged = res.histograms.setdefault(short, {})
+            for le, n in buckets.items():
+                merged[le] = merged.get(le, 0.0) + n
+            res.present.add(ours)
+    else:
+        series: dict | None = {}
+        label, wanted = SERIES_FILTERS.get(ours, (None, None))
+        for s in fam.samples:
+            if s.name.endswith("_created") or s.labels.get("priority"):
+                continue
+            if label is not None and not wanted(s.labels.get(label, "")):
+                continue
+            if not _believable(res, ours, s.value):
+                series = None
+            elif series is not None:
+                key = tuple(sorted(s.labels.items()))
+                series[key] = series.get(key, 0.0) + s.value
+        if series is not None and (label is None or series):
+            counters[f"{ours}:{rank}"] = series
 
 
 # ------------------------------------------------------------------------------------------------ fetching

@@ -564,7 +564,14 @@ class ServerState:
         self.native = {key: dict(vals) for key, vals in list(scrape.ranks.items())[:MAX_RANKS]}
         if scrape.model and not self.model:
             self.model = scrape.model
+        # CUDA graph from the pass counters (0.5.7+): any decode pass without a graph since the last scrape
+        # says more than is_cuda_graph, which is the last batch's only
+        eager = self._increase("decode_eager_passes", scrape)
+        graphed = self._increase("decode_graph_passes", scrape)
+        passes_graph = False if eager else (True if graphed else None)
         for key, vals in scrape.ranks.items():
+            if passes_graph is not None and "running" in vals:
+                vals = {**vals, "cuda_graph": passes_graph}
             if not self.log_fed:
                 rv = self._ranks.get(key)
                 if rv is None:

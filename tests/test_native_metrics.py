@@ -359,3 +359,21 @@ def test_the_generators_sglang_tables_agree_with_the_release_data():
         types = {f.type for r in ALL for f in releases.metric_families(r).values()
                  if _short(f.name) == _short(name)}
         assert typ in types, f"{name}: {typ} in the generator, {types} in the releases"
+
+
+@pytest.mark.parametrize("eager_growth,fires", [(40, True), (0, False)])
+def test_cuda_graph_off_from_the_graph_pass_counters(eager_growth, fires):
+    """0.5.7+: decode passes without a CUDA graph since the last scrape, while the batch is small, even when
+    is_cuda_graph (the last batch only) says 1."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+    texts = []
+    for step in range(1, 5):
+        reg = CollectorRegistry()
+        c = Counter("sglang:cuda_graph_passes", "passes", ["model_name", "mode"], registry=reg)
+        c.labels(model_name=expositions.MODEL, mode="decode_cuda_graph").inc(100 * step)
+        c.labels(model_name=expositions.MODEL, mode="decode_none").inc(1 + eager_growth * step)
+        c.labels(model_name=expositions.MODEL, mode="prefill_none").inc(50 * step)
+        g = dict(expositions.HEALTHY, num_running_reqs=8, is_cuda_graph=1)
+        texts.append(expositions.render("0.5.23", g) + generate_latest(reg).decode())
+    _, judged = _judge(texts)
+    assert judged["cuda_graph_off_small_batch"].firing is fires, judged["cuda_graph_off_small_batch"]
