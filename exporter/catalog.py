@@ -395,8 +395,9 @@ SIGNALS: tuple[Signal, ...] = (
 
 
 from exporter.catalog_failures import FAILURE_SIGNALS  # noqa: E402 (it builds on the classes above)
+from exporter.catalog_tuning import TUNING_SIGNALS  # noqa: E402 (it builds on the classes above)
 
-SIGNALS = SIGNALS + FAILURE_SIGNALS
+SIGNALS = SIGNALS + TUNING_SIGNALS + FAILURE_SIGNALS
 SIGNALS_BY_ID = {s.id: s for s in SIGNALS}
 FAILURE_IDS = tuple(s.id for s in SIGNALS if s.failure)
 
@@ -474,6 +475,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "while it cannot be judged.", ("signal", "severity")),
     MetricSpec(f"{NS}_signal_known", "gauge", "1 when the signal has the data it needs to be judged.",
                ("signal",)),
+    MetricSpec(f"{NS}_signal_unsupported", "gauge", "1 while the signal is unknown because its only live "
+               "source cannot feed it: the scraped SGLang release does not export its inputs on /metrics, or it "
+               "is read from logs only (the API and the report say which); 0 otherwise.", ("signal",)),
     MetricSpec(f"{NS}_signal_value", "gauge", "The value the signal judges, in the unit its catalog entry "
                "names (ratio, per_minute, bytes, count, seconds).", ("signal",)),
     MetricSpec(f"{NS}_signal_state_duration_seconds", "gauge", "Seconds the signal has been in its current "
@@ -557,6 +561,17 @@ VALUE_RANGES: dict[str, tuple[float, float]] = {
     "prompt_tokens": (0.0, COUNTER_MAX),
     "histogram_bucket": (0.0, COUNTER_MAX),  # a latency histogram's cumulative bucket count
     "bytes": (0.0, float(2 ** 50)),          # GPU memory figures: below 1 PiB
+    # the other values of SGLang's /metrics the exporter reads (catalog_native.NATIVE_VALUES)
+    **dict.fromkeys(("full_usage", "swa_usage", "mamba_usage", "cache_hit_rate", "utilization", "fwd_occupancy",
+                     "spec_accept_rate"), (0.0, 1.5)),
+    **dict.fromkeys(("paused", "kv_used_tokens", "kv_available_tokens", "kv_evictable_tokens",
+                     "max_total_num_tokens", "retracted_gauge", "prefill_bootstrap_queue", "prefill_prealloc_queue",
+                     "prefill_inflight_queue", "decode_prealloc_queue", "decode_transfer_queue"), (0.0, COUNT_MAX)),
+    **dict.fromkeys(("cached_tokens", "transfer_failed", "decode_graph_passes", "decode_eager_passes"),
+                    (0.0, COUNTER_MAX)),
+    **dict.fromkeys(("headroom_gb", "weight_memory_gb", "kv_cache_memory_gb"), (0.0, float(2 ** 20))),  # GiB
+    "new_token_ratio": (0.0, 10.0),
+    "spec_accept_length": (0.0, 1e4),
 }
 
 # Valid ranges of the numbers SGLang's log records print, per event field (docs/log-events.md): low <= value <

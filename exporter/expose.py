@@ -80,6 +80,10 @@ def families(view: View, errors: Counter | None = None) -> list:
         for sid, j in sorted(snap.judgements.items()):
             fam.add_metric([sid], 0.0 if j.firing is None else 1.0)
 
+    def unsupported(fam):
+        for sid, j in sorted(snap.judgements.items()):
+            fam.add_metric([sid], 1.0 if j.unsupported else 0.0)
+
     def value(fam):
         for sid, j in sorted(snap.judgements.items()):
             if j.value is not None:
@@ -93,6 +97,7 @@ def families(view: View, errors: Counter | None = None) -> list:
 
     build(f"{NS}_signal_firing", firing)
     build(f"{NS}_signal_known", known)
+    build(f"{NS}_signal_unsupported", unsupported)
     build(f"{NS}_signal_value", value)
     build(f"{NS}_signal_state_duration_seconds", duration)
 

@@ -1,7 +1,9 @@
 """Scrapes SGLang's /metrics and folds its many spellings into the few values the signals need.
 
-Tolerates `sglang:` and `sglang_` prefixes, per-pid series, the renames of SGLang 0.3.6-0.5.23 (reference
-§5.4) and the old retraction gauge as well as the newer counter.
+Tolerates `sglang:` and `sglang_` prefixes, per-pid series and every rename of SGLang 0.3.5-0.5.23: which family
+feeds which value is the catalog's table (exporter/catalog_native.py). A result says which values it fed
+(`present`) and which SGLang families it carried (`seen`), so a signal whose inputs the release does not
+export is unknown, never judged on nothing.
 
 Never raises, whatever the peer does: a failed scrape is a result with success=False and a reason that starts
 with its category ("refused", "unreachable", "timeout", "http 500", "protocol", "too large", "not an
@@ -23,14 +25,17 @@ from urllib.parse import urlsplit
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.catalog import VALUE_RANGES
+from exporter.catalog_native import NATIVE_VALUES, SERIES_FILTERS
 
-_GAUGES = {"num_queue_reqs": "queue", "num_running_reqs": "running", "token_usage": "usage",
-           "gen_throughput": "throughput", "is_cuda_graph": "cuda_graph"}
-# counters summed over series -> our name; the first present of each group wins
-_COUNTERS = {"generation_tokens": ("generation_tokens",), "prompt_tokens": ("prompt_tokens",),
-             "retracted_requests": ("num_retracted_requests", "total_retracted_reqs")}
-HISTOGRAMS = ("time_to_first_token_seconds", "inter_token_latency_seconds", "time_per_output_token_seconds",
-              "e2e_request_latency_seconds")
+# SGLang's families -> our values: one table, in the catalog (exporter/catalog_native.py)
+_BY_FAMILY: dict[str, list] = {}
+for _v in NATIVE_VALUES:
+    for _f in _v.families:
+        _BY_FAMILY.setdefault(_f, []).append((_v.name, _v.kind, _v.families.index(_f)))
+_COUNTERS = tuple(v.name for v in NATIVE_VALUES if v.kind == "counter")
+_SUMMED_GAUGES = frozenset(("retracted_gauge", "paused"))   # one series per process (pid label): they add up
+MAX_SEEN = 512         # SGLang family names kept per scrape (to tell the release's families; bounded)
+HISTOGRAMS = tuple(f for v in NATIVE_VALUES if v.kind == "histogram" for f in v.families)
 REJECT_REASONS = ("non_finite", "out_of_range", "bad_le")
 MAX_REASON = 200       # characters of a failure reason (it may quote what the peer sent)
 
@@ -40,7 +45,7 @@ class ScrapeResult:
     success: bool
     duration: float = 0.0
     error: str = ""
-    ranks: dict = field(default_factory=dict)        # (dp, tp, pp) -> {queue, running, usage, ...}
+    ranks: dict = field(default_factory=dict)        # (dp, tp, pp) -> {gauge value name: value}
     counters: dict = field(default_factory=dict)     # our name -> summed value
     counter_series: dict = field(default_factory=dict)   # our name -> {series labels: value}, for resets
     histograms: dict = field(default_factory=dict)   # SGLang name w/o prefix -> {le: cumulative count}
@@ -48,6 +53,8 @@ class ScrapeResult:
     max_running_requests: int | None = None
     families: int = 0
     rejected: dict = field(default_factory=dict)     # reason (REJECT_REASONS) -> samples dropped
+    present: set = field(default_factory=set)        # the values (catalog_native) this scrape fed
+    seen: set = field(default_factory=set)           # SGLang families it carried (short, counters w/o _total)
 
 
 def _short(name: str) -> str | None:
@@ -108,50 +115,66 @@ def parse_exposition(text: str) -> ScrapeResult:
             continue
         if short.endswith("_total"):
             short = short[:-len("_total")]
-        if short in _GAUGES:
-            attr = _GAUGES[short]
-            for s in fam.samples:
-                if s.labels.get("priority"):     # per-priority series repeat the total (priority="")
-                    continue
-                if not _believable(res, attr, s.value):
-                    continue
-                vals = res.ranks.setdefault(_rank(s.labels), {})
-                vals[attr] = bool(s.value) if attr == "cuda_graph" else s.value
-                res.model = res.model or s.labels.get("model_name", "")
-        elif short in HISTOGRAMS:
-            buckets: dict | None = {}
-            for s in fam.samples:
-                if s.name.endswith("_bucket") and "le" in s.labels:
-                    le = _bucket_bound(res, s.labels["le"])
-                    if le is None or not _believable(res, "histogram_bucket", s.value):
-                        buckets = None
-                    elif buckets is not None:
-                        buckets[le] = buckets.get(le, 0.0) + s.value
-            if buckets is not None:
-                merged = res.histograms.setdefault(short, {})
-                for le, n in buckets.items():
-                    merged[le] = merged.get(le, 0.0) + n
-        else:
-            for ours, names in _COUNTERS.items():
-                if short in names:
-                    series: dict | None = {}
-                    for s in fam.samples:
-                        if s.name.endswith("_created") or s.labels.get("priority"):
-                            continue
-                        if not _believable(res, ours, s.value):
-                            series = None
-                        elif series is not None:
-                            key = tuple(sorted(s.labels.items()))
-                            series[key] = series.get(key, 0.0) + s.value
-                    if series is not None:
-                        counters[f"{ours}:{names.index(short)}"] = series
+        if len(res.seen) < MAX_SEEN:
+            res.seen.add(short)
+        for ours, kind, rank in _BY_FAMILY.get(short, ()):
+            _read_family(res, fam, short, ours, kind, rank, counters)
     for ours in _COUNTERS:
         present = sorted(k for k in counters if k.startswith(ours + ":"))
         if present:
             series = counters[present[0]]
             res.counter_series[ours] = series
             res.counters[ours] = sum(series.values())
+            res.present.add(ours)
     return res
+
+
+def _read_family(res: ScrapeResult, fam, short: str, ours: str, kind: str, rank: int, counters: dict) -> None:
+    """Fold one SGLang family into value `ours` of the result."""
+    if kind == "gauge":
+        for s in fam.samples:
+            if s.labels.get("priority"):     # per-priority series repeat the total (priority="")
+                continue
+            if not _believable(res, ours, s.value):
+                continue
+            vals = res.ranks.setdefault(_rank(s.labels), {})
+            if ours == "cuda_graph":
+                vals[ours] = bool(s.value)
+            elif ours in _SUMMED_GAUGES:
+                vals[ours] = vals.get(ours, 0.0) + s.value
+            else:
+                vals[ours] = s.value
+            res.present.add(ours)
+            res.model = res.model or s.labels.get("model_name", "")
+    elif kind == "histogram":
+        buckets: dict | None = {}
+        for s in fam.samples:
+            if s.name.endswith("_bucket") and "le" in s.labels:
+                le = _bucket_bound(res, s.labels["le"])
+                if le is None or not _believable(res, "histogram_bucket", s.value):
+                    buckets = None
+                elif buckets is not None:
+                    buckets[le] = buckets.get(le, 0.0) + s.value
+        if buckets is not None:
+            merged = res.histograms.setdefault(short, {})
+            for le, n in buckets.items():
+                merged[le] = merged.get(le, 0.0) + n
+            res.present.add(ours)
+    else:
+        series: dict | None = {}
+        label, wanted = SERIES_FILTERS.get(ours, (None, None))
+        for s in fam.samples:
+            if s.name.endswith("_created") or s.labels.get("priority"):
+                continue
+            if label is not None and not wanted(s.labels.get(label, "")):
+                continue
+            if not _believable(res, ours, s.value):
+                series = None
+            elif series is not None:
+                key = tuple(sorted(s.labels.items()))
+                series[key] = series.get(key, 0.0) + s.value
+        if series is not None and (label is None or series):
+            counters[f"{ours}:{rank}"] = series
 
 
 # ------------------------------------------------------------------------------------------------ fetching

@@ -1,7 +1,9 @@
 """Pure evaluation of every catalog signal from (state, thresholds, sources, now).
 
 No clocks, no I/O, no mutation: the same function judges a live server (arrival time) and a replayed log
-(the log's own timestamps). A signal whose inputs are missing is unknown (firing=None), never healthy.
+(the log's own timestamps). A signal whose inputs are missing is unknown (firing=None), never healthy: with
+/metrics as the only source, a signal whose inputs the scraped release does not export (catalog_native.
+SIGNAL_METRICS) is unknown with that reason, and its Judgement says `unsupported`.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from exporter.catalog import SIGNALS
+from exporter.catalog_native import METRICS_ONLY, missing_metrics
 from exporter.failures import STAGE_TEXT
 from exporter.state import ServerState
 
@@ -29,6 +32,12 @@ class Judgement:
     value: float | None
     detail: str = ""
     cause: tuple | None = None     # a firing failure signal's (cause class, cause line)
+    unsupported: bool = False      # unknown because the only live source cannot feed it (the release's
+                                   # /metrics lacks its inputs, or it is read from logs only)
+
+
+_NO_METRICS = (None, None, "read from SGLang's /metrics only, and it is not scraped (no --sglang-url, or never "
+               "reached)", None, True)
 
 
 def evaluate(state: ServerState, params: dict, sources: Sources, now: float) -> dict[str, Judgement]:
@@ -48,24 +57,48 @@ class Evaluator:
         self._plan = tuple((s.id, s.severity, s.window_seconds, _JUDGES[s.id], params[s.id])
                            for s in SIGNALS if params.get(s.id) is not None)
         self._last: dict[str, tuple] = {}      # signal id -> (what its judge said, the Judgement)
+        self._gates: dict[tuple, tuple | None] = {}    # _missing's answers
         self.changed: list[str] = []
 
     def __call__(self, state: ServerState, sources: Sources, now: float) -> dict[str, Judgement]:
         out = {}
         last = self._last
         self.changed = changed = []
+        gate = not state.log_fed and sources.metrics_up and not sources.log_up
+        logs_only = sources.log_up and not sources.metrics_up and not state.metrics_seen
         for sid, severity, window, judge, p in self._plan:
-            said = judge(state, p, sources, now, window)
+            if gate:
+                said = self._missing(sid, state)
+            elif logs_only and sid in METRICS_ONLY:
+                said = _NO_METRICS
+            else:
+                said = None
+            if said is None:
+                said = judge(state, p, sources, now, window)
             seen = last.get(sid)
             if seen is None or seen[0] != said:
                 firing, value, detail = said[:3]
                 if detail.__class__ is not str:
                     detail = detail[0].format(*detail[1:])
                 seen = last[sid] = (said, Judgement(sid, severity, firing, value, detail,
-                                                    said[3] if len(said) > 3 else None))
+                                                    said[3] if len(said) > 3 else None,
+                                                    len(said) > 4 and said[4]))
                 changed.append(sid)
             out[sid] = seen[1]
         return out
+
+    def _missing(self, sid: str, state: ServerState) -> tuple | None:
+        """/metrics alone feeds the state: (unknown, reason, unsupported) when the scrape lacks the signal's
+        inputs, else None. Kept per (signal, what the scrape carried), which changes with the release only."""
+        key = (sid, state.native_present, state.native_seen)
+        said = self._gates.get(key, False)
+        if said is False:
+            reason = missing_metrics(sid, state.native_present, state.native_seen)
+            said = (None, None, reason, None, True) if reason else None
+            if len(self._gates) > 4096:
+                self._gates.clear()
+            self._gates[key] = said
+        return said
 
 
 def _fed_by_batches(state: ServerState, sources: Sources) -> bool:
@@ -272,7 +305,95 @@ def _latency(state, p, sources, now, window):
     return worst > 1.0, worst, worst_text
 
 
+def _p99_in_window(state, name: str, now: float, window: float) -> float | None:
+    """p99 of SGLang histogram `name` over what was observed in the window (None: nothing observed)."""
+    h = state.histograms.get(name)
+    if not h or len(h.snapshots) < 2:
+        return None
+    _, first = next(((t, b) for t, b in h.snapshots if t >= now - window), h.snapshots[0])
+    _, last = h.snapshots[-1]
+    if max(last.values(), default=0.0) < max(first.values(), default=0.0):
+        delta = dict(last)     # counters reset (SGLang restarted): everything since counts
+    else:
+        delta = {le: last[le] - first.get(le, 0.0) for le in last}
+    return quantile(0.99, delta)
+
+
+def _queue_wait(state, p, sources, now, window):
+    if not sources.metrics_up:
+        return None, None, "queue wait comes from SGLang's /metrics; it is not being scraped"
+    for name in ("queue_time_seconds", "queue_time_s"):
+        p99 = _p99_in_window(state, name, now, window)
+        if p99 is not None:
+            return p99 > p["p99_seconds"], p99, ("p99 queue wait {:.2f} s vs objective {} s", p99, p["p99_seconds"])
+    return None, None, "no request left the queue in the window"
+
+
+def _scrape_fraction(what: str, applies, hit, none_reason: str):
+    """A share of the window's scrape samples (state.scrape_samples) that `hit`, among those `applies` to."""
+    def judge(state, p, sources, now, window):
+        if not sources.metrics_up:
+            return None, None, "read from SGLang's /metrics; it is not being scraped"
+        edge = now - window
+        samples = [x for t, x in state.scrape_samples if t >= edge and applies(x)]
+        if not samples:
+            return None, None, none_reason
+        if len(samples) < p["min_samples"]:
+            return None, None, ("{} samples in the window, {} needed", len(samples), p["min_samples"])
+        hits = sum(1 for x in samples if hit(x, p))
+        share = hits / len(samples)
+        return share >= p["fraction"], share, ("{} of {} samples " + what, hits, len(samples))
+    return judge
+
+
+def _prefix_reuse(state, p, sources, now, window):
+    policy = state.server_args.get("schedule_policy")
+    if isinstance(policy, str) and policy.strip("'\"") not in ("fcfs", ""):
+        return False, 0.0, ("schedule policy is {}: it already orders by prefix", policy)
+    said = _PREFIX(state, p, sources, now, window)
+    if said[0] is not None and policy is None:     # /metrics does not say the policy: the advice says "if fcfs"
+        return said[0], said[1], (said[2][0] + " (schedule policy not known: the advice holds if it is fcfs)",
+                                  *said[2][1:])
+    return said
+
+
+_PREFIX = _scrape_fraction("queue with a high prefix cache hit rate",
+                           lambda x: x["queue"] is not None and x["hit"] is not None,
+                           lambda x, p: x["queue"] > 0 and x["hit"] >= p["min_hit_rate"],
+                           "no sample with both a queue and a cache hit rate")
+
+
+def _pressured(x, p) -> bool:
+    if x["paused"]:
+        return True
+    if x["usage"] is None or x["evictable"] is None or not x["capacity"]:
+        return False
+    return x["usage"] >= p["min_usage"] and x["evictable"] < p["max_evictable"] * x["capacity"]
+
+
+def _spec(state, p, sources, now, window):
+    if not sources.metrics_up:
+        return None, None, "accept length comes from SGLang's /metrics; it is not being scraped"
+    edge = now - window
+    vals = [x["spec"] for t, x in state.scrape_samples if t >= edge and x["spec"] is not None]
+    if not vals:
+        return None, None, "speculative decoding not in use (no accept length reported)"
+    if len(vals) < p["min_samples"]:
+        return None, None, ("{} samples in the window, {} needed", len(vals), p["min_samples"])
+    mean = sum(vals) / len(vals)
+    return mean < p["min_accept_length"], mean, ("mean accept length {:.2f} over {} samples", mean, len(vals))
+
+
 _JUDGES = {
+    "queue_wait_high": _queue_wait,
+    "prefix_reuse_missed": _prefix_reuse,
+    "kv_pressure": _scrape_fraction("with a full KV cache and little evictable, or paused requests",
+                                    lambda x: x["paused"] is not None or (x["usage"] is not None
+                                                                          and x["evictable"] is not None),
+                                    _pressured, "no sample with KV usage and evictable tokens"),
+    "spec_accept_low": _spec,
+    "pd_backlog": _scrape_fraction("with a PD queue backlog", lambda x: x["pd"] is not None,
+                                   lambda x, p: x["pd"] > p["max_queue"], "no PD disaggregation queue reported"),
     "queue_below_range": _fraction("queue_below_range", "below the range"),
     "queue_above_range": _fraction("queue_above_range", "above the range"),
     "kv_cache_underused": _fraction("kv_cache_underused", "under-used with a queue"),

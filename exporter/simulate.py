@@ -525,6 +525,7 @@ class _Metrics:
     def __init__(self, dp: int):
         self.ranks = [_RankState() for _ in range(dp)]
         self.retracted = 0
+        self.retracted_last = 0
         self.prompt_tokens = 0.0
         self.generation_tokens = 0.0
         self.requests = 0.0
@@ -699,6 +700,7 @@ class Simulator:
             total_tput += tput
         # retractions: a deterministic rate with random sizes; every TP rank of the DP rank prints them
         self._retract_acc += phase.retractions_per_minute / 60.0
+        retracted_now = 0
         while self._retract_acc >= 1.0 - 1e-9:
             self._retract_acc -= 1.0
             n = rng.randint(1, 3)
@@ -709,6 +711,8 @@ class Simulator:
                 out.append(w.retraction(when, retracted=n, ratio_before=before, ratio_after=after,
                                         tokens_gained=n * rng.choice((1024, 2048, 4096)), dp_rank=d, tp_rank=t))
             m.retracted += n
+            retracted_now += n
+        m.retracted_last = retracted_now      # num_retracted_reqs: retracted since the last report
         # completions -> request metrics and a sample of uvicorn access lines
         done = total_running / lat["e2e"]
         self._complete_acc += done
@@ -761,6 +765,20 @@ class Simulator:
                                       labels=list(labels))
             fam.add_metric(list(labels.values()), float(m.retracted))
             fams.append(fam)
+        if self.family == "0.5.23":     # the newer families a metrics-only sidecar reads (catalog_native)
+            labels = per_rank[0][0]
+            pid = {**labels, "pid": "4242"}    # gauges without a multiprocess mode carry the process id
+            capacity = self.scenario.max_total_num_tokens or 1_000_000
+            for name, doc, lab, value in (
+                    ("sglang:startup_available_gpu_memory_gb", "Available GPU memory after start-up (GB).", labels,
+                     self.scenario.available_gpu_mem_gb),
+                    ("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV pool.", labels,
+                     capacity),
+                    ("sglang:num_retracted_reqs", "The number of retracted requests.", pid, m.retracted_last),
+                    ("sglang:num_paused_reqs", "The number of paused requests.", pid, 0)):
+                fam = GaugeMetricFamily(name, doc, labels=list(lab))
+                fam.add_metric(list(lab.values()), float(value))
+                fams.append(fam)
         tok = self._labels(None)
         for name, doc, value in (
                 ("sglang:prompt_tokens", "Number of prefill tokens processed.", m.prompt_tokens),

@@ -18,6 +18,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
+from exporter.catalog_native import family_values
 from exporter.failures import CRASH_KINDS, STAGE_KINDS, FailureTracker
 from exporter.ingest.events import Event
 
@@ -297,6 +298,14 @@ class ServerState:
         # /metrics-fed progress and retraction counters (metrics-only deployments)
         self._last_counter: dict[str, dict] = {}    # counter -> {series labels: last value} (apply_scrape)
         self.metrics_seen = False
+        self.native_present: frozenset = frozenset()   # values the last good scrape fed (catalog_native)
+        self.native_seen: frozenset = frozenset()      # SGLang families it carried: the releases it can be
+        self.native: dict[tuple, dict] = {}            # rank -> the last scrape's gauges (all of them)
+        self._last_retracted_gauge: float | None = None
+        # one server-wide sample per scrape of what only /metrics tells (catalog_tuning's signals read them)
+        self.scrape_samples: deque = deque()     # (t, {queue, usage, hit, evictable, capacity, paused, spec, pd})
+        self.scrape_window = max(window[sid] for sid in ("prefix_reuse_missed", "kv_pressure", "spec_accept_low",
+                                                          "pd_backlog"))
 
     @property
     def ranks(self) -> dict[tuple, RankValues]:
@@ -546,37 +555,57 @@ class ServerState:
         were checked at the edge (scrape.py drops what is not finite or out of range); SGLang's counters reach
         our own totals only through `_increase`, so what we export never goes backwards."""
         self.metrics_seen = True
+        present = frozenset(getattr(scrape, "present", ()) or _present_of(scrape))
+        if present != self.native_present:
+            self.native_present = present
+        seen = frozenset(getattr(scrape, "seen", ()))
+        if seen != self.native_seen:
+            self.native_seen = seen
+        self.native = {key: dict(vals) for key, vals in list(scrape.ranks.items())[:MAX_RANKS]}
         if scrape.model and not self.model:
             self.model = scrape.model
+        # CUDA graph from the pass counters (0.5.7+): any decode pass without a graph since the last scrape
+        # says more than is_cuda_graph, which is the last batch's only
+        eager = self._increase("decode_eager_passes", scrape)
+        graphed = self._increase("decode_graph_passes", scrape)
+        passes_graph = False if eager else (True if graphed else None)
         for key, vals in scrape.ranks.items():
+            if passes_graph is not None and "running" in vals:
+                vals = {**vals, "cuda_graph": passes_graph}
             if not self.log_fed:
                 rv = self._ranks.get(key)
                 if rv is None:
                     rv = self._new_rank(key)
                 if rv.unread:
                     rv.read()
-                for attr in ("queue", "running", "usage", "throughput", "cuda_graph"):
-                    if vals.get(attr) is not None:
-                        setattr(rv, attr, vals[attr])
-                self.classify(now, vals.get("queue"), vals.get("running"), vals.get("usage"),
-                              vals.get("cuda_graph"))
-        if scrape.max_running_requests and not self.memory_config.get("max_running_requests"):
-            self.memory_config["max_running_requests"] = scrape.max_running_requests
-            self._limits()
+                usage = _pool_usage(vals)
+                for attr, v in (("queue", vals.get("queue")), ("running", vals.get("running")), ("usage", usage),
+                                ("throughput", vals.get("throughput")), ("cuda_graph", vals.get("cuda_graph"))):
+                    if v is not None:
+                        setattr(rv, attr, v)
+                self.classify(now, vals.get("queue"), vals.get("running"), usage, vals.get("cuda_graph"))
+        self._scrape_facts(scrape)
         # progress: generated or prefilled tokens advancing (frozen gauges cannot show a hang)
         progressed = False
-        for name in ("generation_tokens", "prompt_tokens"):
-            grew = self._increase(name, scrape)
-            progressed = progressed or bool(grew)
+        growth = {}
+        for name in ("generation_tokens", "prompt_tokens", "cached_tokens"):
+            growth[name] = grew = self._increase(name, scrape)
+            progressed = progressed or (bool(grew) and name != "cached_tokens")
+        if scrape.ranks:
+            sample = scrape_sample(scrape.ranks)
+            # the prefix hit rate of the prompts since the last scrape: cached_tokens_total over
+            # prompt_tokens_total; the cache_hit_rate gauge (the last prefill batch's, zeroed by every decode
+            # report on 0.4.4-0.5.19) only when the counters did not move
+            if growth["prompt_tokens"] and growth["cached_tokens"] is not None:
+                sample["hit"] = min(1.0, growth["cached_tokens"] / growth["prompt_tokens"])
+            self.scrape_samples.append((now, sample))
+            if len(self.scrape_samples) > MAX_WINDOW_SAMPLES:
+                self.scrape_samples.popleft()
         pending = sum((v.get("queue") or 0) + (v.get("running") or 0) for v in scrape.ranks.values())
         if (progressed or pending == 0 or self.last_progress_t is None) and not self.log_fed:
             self.last_progress_t = now
         if not self.log_fed:
-            grew = self._increase("retracted_requests", scrape)
-            if grew:
-                self.retractions.push(now, grew)
-                self.retractions_total += 1
-                self.retracted_requests_total += round(grew)
+            self._scrape_retractions(scrape, now)
         for name, buckets in scrape.histograms.items():
             h = self.histograms.setdefault(name, Histogram())
             h.snapshots.append((now, buckets))
@@ -584,6 +613,38 @@ class ServerState:
                 h.snapshots.popleft()
             while len(h.snapshots) > 1000:
                 h.snapshots.popleft()
+
+    def _scrape_facts(self, scrape) -> None:
+        """Start-up facts /metrics carries on newer releases: the log's, when there is one, come first."""
+        if scrape.max_running_requests and not self.memory_config.get("max_running_requests"):
+            self.memory_config["max_running_requests"] = scrape.max_running_requests
+            self._limits()
+        capacity = [v["max_total_num_tokens"] for v in scrape.ranks.values() if v.get("max_total_num_tokens")]
+        if capacity and not self.memory_config.get("max_total_num_tokens"):
+            self.memory_config["max_total_num_tokens"] = int(min(capacity))
+        # sglang:startup_available_gpu_memory_gb (0.5.11+) is the log's available_gpu_mem, per rank, in GiB
+        headroom = [v["headroom_gb"] for v in scrape.ranks.values() if v.get("headroom_gb") is not None]
+        if headroom and (not self.log_fed or self.headroom_bytes is None):
+            self.headroom_bytes = min(headroom) * 2**30
+
+    def _scrape_retractions(self, scrape, now: float) -> None:
+        """Retractions from whichever metric the release has: the counter (0.5.7+; total_retracted_reqs, a
+        gauge counting since start-up, on 0.4.9-0.5.2), else the gauge num_retracted_reqs (0.5.2+: requests
+        retracted since the scheduler's last stats report, then reset to 0). The gauge is a sample: a
+        non-zero value that differs from the last scrape's is a new retraction event of that many requests
+        (two reports between scrapes count as one; equal non-zero values in a row as one)."""
+        grew = self._increase("retracted_requests", scrape)
+        if "retracted_requests" not in scrape.counters:
+            values = [v["retracted_gauge"] for v in scrape.ranks.values() if v.get("retracted_gauge") is not None]
+            if not values:
+                return
+            now_value = sum(values)
+            last, self._last_retracted_gauge = self._last_retracted_gauge, now_value
+            grew = now_value if now_value > 0 and now_value != last else None
+        if grew:
+            self.retractions.push(now, grew)
+            self.retractions_total += 1
+            self.retracted_requests_total += round(grew)
 
     def _increase(self, name: str, scrape) -> float | None:
         """How much SGLang's counter `name` grew since the last scrape that had it, as Prometheus' increase()
@@ -619,6 +680,9 @@ class ServerState:
             self._batch_slots.clear()
             self._leader_tp.clear()
         self.histograms.clear()
+        self.native = {}
+        self.native_present = frozenset()
+        self.scrape_samples.clear()
 
     # ------------------------------------------------------------------ durability
     _COUNTERS = ("retractions_total", "retracted_requests_total", "watchdog_total", "restarts")
@@ -650,6 +714,9 @@ class ServerState:
     # ------------------------------------------------------------------ time
     def expire(self, now: float) -> None:
         self.samples.expire(now)
+        edge = now - self.scrape_window
+        while self.scrape_samples and self.scrape_samples[0][0] < edge:
+            self.scrape_samples.popleft()
         self.retractions.expire(now)
         for w in self.ooms.values():
             w.expire(now)
@@ -689,6 +756,53 @@ def per_scheduler(ranks: dict) -> dict:
     for key in sorted(ranks, key=lambda k: tuple(-1 if v is None else v if isinstance(v, int) else 1 << 30
                                                  for v in k)):
         out.setdefault(key[0], ranks[key])
+    return out
+
+
+def _pool_usage(vals: dict):
+    """KV usage of a scraped rank: the fullest of token_usage and a hybrid model's pools (full, SWA, mamba),
+    so a hybrid model is judged on the pool that runs out first."""
+    best = None
+    for key in ("usage", "full_usage", "swa_usage", "mamba_usage"):
+        v = vals.get(key)
+        if v is not None and (best is None or v > best):
+            best = v
+    return best
+
+
+_PD = ("prefill_bootstrap_queue", "prefill_prealloc_queue", "prefill_inflight_queue", "decode_prealloc_queue",
+       "decode_transfer_queue")
+
+
+def scrape_sample(ranks: dict) -> dict:
+    """One server-wide sample of a scrape's per-rank gauges: sums over schedulers (the lowest TP rank of each
+    DP rank: TP ranks of one DP rank repeat its numbers), the fullest pool, the best hit rate, the mean accept
+    length of the ranks that speculate; None where no rank reported the value."""
+    leaders: dict = {}
+    for key in sorted(ranks, key=lambda k: tuple(-1 if v is None else v if isinstance(v, int) else 1 << 30
+                                                 for v in k)):
+        leaders.setdefault(key[0], ranks[key])
+
+    def total(name):
+        vals = [v[name] for v in leaders.values() if v.get(name) is not None]
+        return sum(vals) if vals else None
+
+    usages = [u for u in (_pool_usage(v) for v in ranks.values()) if u is not None]
+    hits = [v["cache_hit_rate"] for v in ranks.values() if v.get("cache_hit_rate") is not None]
+    spec = [v["spec_accept_length"] for v in ranks.values() if v.get("spec_accept_length")]
+    pd = [total(name) for name in _PD]
+    pd = [x for x in pd if x is not None]
+    return {"queue": total("queue"), "usage": max(usages) if usages else None, "hit": max(hits) if hits else None,
+            "evictable": total("kv_evictable_tokens"), "capacity": total("max_total_num_tokens"),
+            "paused": total("paused"), "spec": sum(spec) / len(spec) if spec else None,
+            "pd": sum(pd) if pd else None}
+
+
+def _present_of(scrape) -> set:
+    """The values a ScrapeResult built by hand (without `present`) fed."""
+    out = {k for vals in scrape.ranks.values() for k in vals}
+    out.update(scrape.counters)
+    out.update(family_values().get(name, name) for name in scrape.histograms)
     return out
 
 

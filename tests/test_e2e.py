@@ -193,11 +193,13 @@ def test_healthy_pages_nobody(stack, name):
     assert not notes, notes
 
 
-def test_retraction_storm_pages_and_inhibits_frequent(stack):
-    inst = stack.running["retraction_storm"].instance
+@pytest.mark.parametrize("name", ["retraction_storm", "retraction_storm_metrics_only"])
+def test_retraction_storm_pages_and_inhibits_frequent(stack, name):
+    """From the log, and from SGLang's /metrics alone (an exporter given no log)."""
+    inst = stack.running[name].instance
     notes = {(p, a["labels"]["alertname"]) for p, _, a in stack.webhook.alerts()
              if a["labels"].get("instance") == inst}
-    assert notes == {("page", "SGLangRetractionStorm")}, _explain(stack, "retraction_storm")
+    assert notes == {("page", "SGLangRetractionStorm")}, _explain(stack, name)
     am = {a["labels"]["alertname"]: a for a in stack.am_alerts() if a["labels"].get("instance") == inst}
     freq = am["SGLangRetractionsFrequent"]["status"]
     assert freq["state"] == "suppressed"

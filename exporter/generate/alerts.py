@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from exporter import catalog
+from exporter.catalog_tuning import TUNING_SIGNALS
 from exporter.generate.yamlout import BlockDumper
 
 REPO = Path(__file__).resolve().parents[2]
@@ -586,12 +587,16 @@ def native_recording_rules(p: Params) -> list[dict]:
 
 
 def rule_files(p: Params) -> dict[str, dict]:
-    exp = [a.rule() for a in signal_alerts(p)]
+    tuning = {s.alert.name for s in TUNING_SIGNALS if s.alert}
+    exp = [a.rule() for a in signal_alerts(p) if a.rule()["alert"] not in tuning]
+    exp_tuning = [a.rule() for a in signal_alerts(p) if a.rule()["alert"] in tuning]
     meta = [a.rule() for a in meta_alerts(p)]
     nat = [a.rule() for a in native_alerts(p)]
     return {
         EXPORTER_RULES: {"groups": [
             {"name": "sglang-exporter.signals", "rules": exp},
+            # the signals read from SGLang's newer /metrics families (catalog_tuning); a group stays <= 20 rules
+            {"name": "sglang-exporter.tuning", "rules": exp_tuning},
             {"name": "sglang-exporter.meta", "rules": meta},
             {"name": "sglang-exporter.fleet", "rules": exporter_recording_rules(p)},
         ]},

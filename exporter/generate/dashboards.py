@@ -21,7 +21,9 @@ from pathlib import Path
 import yaml
 
 from exporter.catalog import GIB, META_ALERTS, NS, SIGNALS, SIGNALS_BY_ID
+from exporter.catalog_native import family_span
 from exporter.generate.yamlout import BlockDumper
+from exporter.releases import short_metric
 
 # ------------------------------------------------------------------------------------------------------------
 # Conventions
@@ -53,6 +55,23 @@ SGLANG_METRICS = {
     "sglang:generation_tokens_total": ("counter", "0.3.6.post3", None),
     "sglang:token_usage": ("gauge", "0.3.6.post3", None),
     "sglang:num_retracted_requests_total": ("counter", "0.5.7", None),
+    # the newer families (catalog_native), as the reference's table lists them
+    "sglang:cached_tokens_total": ("counter", "0.4.4", None),
+    "sglang:cache_hit_rate": ("gauge", "0.3.6.post3", None),
+    "sglang:queue_time_seconds": ("histogram", "0.5.3", None),
+    "sglang:full_token_usage": ("gauge", "0.5.10", None),
+    "sglang:swa_token_usage": ("gauge", "0.5.2", None),
+    "sglang:mamba_usage": ("gauge", "0.5.5", None),
+    "sglang:kv_evictable_tokens": ("gauge", "0.5.11", None),
+    "sglang:max_total_num_tokens": ("gauge", "0.5.6", None),
+    "sglang:new_token_ratio": ("gauge", "0.5.6", None),
+    "sglang:num_paused_reqs": ("gauge", "0.5.2", None),
+    "sglang:spec_accept_length": ("gauge", "0.4.2", None),
+    "sglang:spec_accept_rate": ("gauge", "0.5.4", None),
+    "sglang:num_prefill_bootstrap_queue_reqs": ("gauge", "0.5.12", None),
+    "sglang:num_prefill_inflight_queue_reqs": ("gauge", "0.5.2", None),
+    "sglang:num_decode_prealloc_queue_reqs": ("gauge", "0.4.7", None),
+    "sglang:num_decode_transfer_queue_reqs": ("gauge", "0.4.7", None),
 }
 
 PERCENTILES = (50, 90, 99)     # latency quantiles drawn (p99 is what latency_high judges)
@@ -111,6 +130,7 @@ class Panel:
     max: float | None = None
     overrides: list = field(default_factory=list)
     organize: dict | None = None  # table: {"exclude": [...], "rename": {...}}
+    no_value: str | None = None   # shown instead of "No data": why the panel may be empty (release, feature)
 
     @property
     def description(self) -> str:
@@ -150,6 +170,99 @@ def _latency_targets(hist: str, fallback: str | None = None) -> list:
             f"sum by ({BY}) (rate({hist}_count{{{SEL_SGLANG}}}[$__rate_interval]))")
     out.append(Target(mean, "{{instance}} mean"))
     return out
+
+
+def _absent(metric: str, what: str = "") -> str:
+    """A panel's text for no data: the releases that export `metric` (from the release data)."""
+    span = family_span(short_metric(metric)[:-len("_total")] if metric.endswith("_total") else short_metric(metric))
+    since = f"SGLang {span[0]}+" if span else "no release"
+    return f"not exported by this release ({since}{', ' + what if what else ''})"
+
+
+def _native_panels() -> list:
+    """What the newer families of SGLang's /metrics show (catalog_native); each says when it may be empty."""
+    spec = SIGNALS_BY_ID["spec_accept_low"].defaults
+    pd = SIGNALS_BY_ID["pd_backlog"].defaults
+    pressure = SIGNALS_BY_ID["kv_pressure"].defaults
+    hit = SIGNALS_BY_ID["prefix_reuse_missed"].defaults
+    qwait = SIGNALS_BY_ID["queue_wait_high"].defaults
+    by_rank = f"{BY}, dp_rank, tp_rank, pp_rank"
+    return [
+        row("SGLang /metrics: cache, queue wait, pools, speculation, PD"),
+        Panel("Prefix cache hit rate", "timeseries", "percentunit", min=0, max=1,
+              shows="Share of prompt tokens served from the prefix cache (sglang:cached_tokens_total over "
+                    "sglang:prompt_tokens_total) and SGLang's sglang:cache_hit_rate gauge (the last prefill; "
+                    "zeroed by decode reports on 0.4.4-0.5.19).",
+              good="high for chat and shared-prompt traffic; near zero is normal for unique prompts.",
+              bad=f"above {_num(hit['min_hit_rate'])} with a queue under fcfs: try --schedule-policy lpm "
+                  "(prefix_reuse_missed).",
+              targets=[Target(f"sum by ({BY}) (rate(sglang:cached_tokens_total{{{SEL_SGLANG}}}[$__rate_interval]))"
+                              f"\n/\nsum by ({BY}) (rate(sglang:prompt_tokens_total{{{SEL_SGLANG}}}"
+                              f"[$__rate_interval]))", "{{instance}} cached / prompt tokens"),
+                       Target(f"max by ({BY}) (sglang:cache_hit_rate{{{SEL_SGLANG}}})",
+                              "{{instance}} cache_hit_rate gauge")],
+              steps=[(None, "transparent"), (hit["min_hit_rate"], "blue")], style="dashed",
+              no_value=_absent("sglang:cached_tokens_total")),
+        Panel("Queue wait", "timeseries", "s", min=0,
+              shows="How long requests wait in SGLang's queue (sglang:queue_time_seconds), with the online "
+                    f"objective ({_num(qwait['p99_seconds'])} s p99, queue_wait_high).",
+              good="p99 below the objective line.",
+              bad="lower the request rate or add capacity; check the queue and KV panels for the cause.",
+              targets=_latency_targets("sglang:queue_time_seconds"),
+              steps=[(None, "transparent"), (qwait["p99_seconds"], "red")], style="dashed",
+              no_value=_absent("sglang:queue_time_seconds")),
+        Panel("KV pools per rank (hybrid models)", "timeseries", "percentunit", min=0, max=1,
+              shows="Usage of each KV pool of a hybrid model per rank: full attention (sglang:full_token_usage), "
+                    "sliding window (sglang:swa_token_usage), mamba state (sglang:mamba_usage). The exporter "
+                    "judges the fullest.",
+              good=f"the fullest pool near {_num(pressure['min_usage'])} under load.",
+              bad="one pool full while the others have room: that pool limits concurrency.",
+              targets=[Target(f"max by ({by_rank}) (sglang:{m}{{{SEL_SGLANG}}})",
+                              f"{{{{instance}}}} {label} dp{{{{dp_rank}}}} tp{{{{tp_rank}}}}")
+                       for m, label in (("full_token_usage", "full"), ("swa_token_usage", "swa"),
+                                        ("mamba_usage", "mamba"))],
+              no_value=_absent("sglang:swa_token_usage", "hybrid models only")),
+        Panel("KV memory pressure", "timeseries", "short", min=0,
+              shows="Evictable share of the KV pool (sglang:kv_evictable_tokens / sglang:max_total_num_tokens), "
+                    "the scheduler's new-token ratio (sglang:new_token_ratio, rises after retractions) and "
+                    "paused requests (sglang:num_paused_reqs).",
+              good=f"an evictable share above {_num(pressure['max_evictable'])}, no paused requests.",
+              bad="little evictable with a full pool, or paused requests: kv_pressure; raise "
+                  "--schedule-conservativeness, consider HiCache for long shared contexts.",
+              targets=[Target(f"sum by ({BY}) (sglang:kv_evictable_tokens{{{SEL_SGLANG}}})\n/\n"
+                              f"sum by ({BY}) (sglang:max_total_num_tokens{{{SEL_SGLANG}}})",
+                              "{{instance}} evictable share"),
+                       Target(f"max by ({BY}) (sglang:new_token_ratio{{{SEL_SGLANG}}})",
+                              "{{instance}} new_token_ratio"),
+                       Target(f"sum by ({BY}) (sglang:num_paused_reqs{{{SEL_SGLANG}}})", "{{instance}} paused")],
+              no_value=_absent("sglang:kv_evictable_tokens")),
+        Panel("Speculative decoding acceptance", "timeseries", "short", min=0,
+              shows="Tokens accepted per verify step (sglang:spec_accept_length) and the accepted share of "
+                    f"draft tokens (sglang:spec_accept_rate), with the spec_accept_low threshold "
+                    f"({_num(spec['min_accept_length'])}).",
+              good=f"accept length well above {_num(spec['min_accept_length'])}.",
+              bad="fewer speculative steps, or a draft model closer to the target.",
+              targets=[Target(f"avg by ({BY}) (sglang:spec_accept_length{{{SEL_SGLANG}}} > 0)",
+                              "{{instance}} accept length"),
+                       Target(f"avg by ({BY}) (sglang:spec_accept_rate{{{SEL_SGLANG}}} > 0)",
+                              "{{instance}} accept rate")],
+              steps=[(None, "red"), (spec["min_accept_length"], "transparent")], style="dashed",
+              no_value=_absent("sglang:spec_accept_length", "speculative decoding on")),
+        Panel("PD disaggregation queues", "timeseries", "short", min=0,
+              shows="Requests in the prefill/decode disaggregation queues: prefill bootstrap and in-flight "
+                    "(KV being sent), decode pre-allocation (waiting for KV memory) and transfer (KV being "
+                    f"received), with the pd_backlog threshold ({_num(pd['max_queue'])}).",
+              good="short queues that drain.",
+              bad="pre-allocation growing: the decode side lacks KV memory; transfer growing: the KV transfer "
+                  "path is the bottleneck.",
+              targets=[Target(f"sum by ({BY}) (sglang:{m}{{{SEL_SGLANG}}})", f"{{{{instance}}}} {label}")
+                       for m, label in (("num_prefill_bootstrap_queue_reqs", "prefill bootstrap"),
+                                        ("num_prefill_inflight_queue_reqs", "prefill in-flight"),
+                                        ("num_decode_prealloc_queue_reqs", "decode pre-allocation"),
+                                        ("num_decode_transfer_queue_reqs", "decode transfer"))],
+              steps=[(None, "transparent"), (pd["max_queue"], "orange")], style="dashed",
+              no_value=_absent("sglang:num_decode_prealloc_queue_reqs", "PD disaggregation only")),
+    ]
 
 
 def _signal_catalog_text() -> str:
@@ -217,14 +330,17 @@ def overview_panels() -> list:
         row("Health signals"),
         Panel("Signals", "state-timeline", "none", w=24, h=10,
               shows="Every health signal of the catalog per server over time: ok, firing, or unknown (not "
-                    f"enough data to judge). Signals: {_signal_catalog_text()}.",
+                    "enough data to judge; 'not exported by this release' when the only source, SGLang's "
+                    f"/metrics, lacks its inputs). Signals: {_signal_catalog_text()}.",
               good="all ok (green); unknown is normal right after start-up and for signals the profile turns "
                    "off.",
               bad="a firing (red) row: open its runbook (docs/runbooks) and follow the advice table below.",
               targets=[Target(f"max by ({BY}, signal) ({NS}_signal_firing{{{SEL}}})\nor\n"
+                              f"max by ({BY}, signal) ({NS}_signal_unsupported{{{SEL}}} == 1) * 0 - 2\nor\n"
                               f"max by ({BY}, signal) ({NS}_signal_known{{{SEL}}}) * 0 - 1",
                               "{{instance}} {{signal}}")],
-              mappings=[(-1, "unknown", "text"), (0, "ok", "green"), (1, "firing", "red")],
+              mappings=[(-2, "not exported by this release", "purple"), (-1, "unknown", "text"),
+                        (0, "ok", "green"), (1, "firing", "red")],
               steps=[(None, "green")]),
         Panel("Failure causes", "table", "none", w=24, h=5,
               shows="Why a failure signal fires (server_crashed, startup_oom, startup_stalled): the last exception "
@@ -434,6 +550,7 @@ def detail_panels() -> list:
                   "lengthen requests.",
               targets=_latency_targets("sglang:e2e_request_latency_seconds"),
               steps=[(None, "transparent"), (lat["e2e_p99_seconds"], "red")], style="dashed"),
+        *_native_panels(),
         row("Per rank"),
         Panel("Queue per rank", "timeseries", "short", min=0,
               shows="#queue-req of every DP/TP/PP rank that prints batch lines.",
@@ -632,6 +749,8 @@ def _panel(p: Panel, pid: int, x: int, y: int) -> dict:
         defaults["min"] = p.min
     if p.max is not None:
         defaults["max"] = p.max
+    if p.no_value:
+        defaults["noValue"] = p.no_value
     legend = {"calcs": ["lastNotNull", "max"], "displayMode": "table", "placement": "bottom", "showLegend": True}
     tooltip = {"mode": "multi", "sort": "desc"}
     if p.type == "timeseries":
@@ -652,7 +771,7 @@ def _panel(p: Panel, pid: int, x: int, y: int) -> dict:
                    "mergeValues": True, "rowHeight": 0.8, "showValue": "auto", "tooltip": tooltip}
     elif p.type == "table":
         defaults["custom"] = {"align": "auto", "cellOptions": {"type": "auto"}, "filterable": True}
-        options = {"cellHeight": "sm", "showHeader": True, "footer": {"show": False}}
+        options = {"cellHeight": "sm", "showHeader": True}    # no footer: hidden by default in 10.4-13
     else:  # pragma: no cover - guarded by tests
         raise ValueError(p.type)
     panel = {
@@ -681,7 +800,7 @@ def _panel(p: Panel, pid: int, x: int, y: int) -> dict:
 def _variables() -> list:
     def query_var(name, label, query, regex=""):
         return {"allValue": ".*", "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-                "datasource": DS, "definition": query, "hide": 0, "includeAll": True, "label": label,
+                "datasource": DS, "hide": 0, "includeAll": True, "label": label,
                 "multi": True, "name": name, "options": [], "query": query, "refresh": 2, "regex": regex,
                 "skipUrlSync": False, "sort": 1, "type": "query"}
 

@@ -22,11 +22,10 @@ LINE_KINDS = {"prefill_batch": "prefill_batch", "decode_batch": "decode_batch", 
 
 def what_we_read() -> dict:
     """Names the exporter reads: line kinds, batch-line keys, metric families (short names), advised flags."""
-    from exporter import catalog, scrape
+    from exporter import catalog
+    from exporter.catalog_native import family_values
     from exporter.ingest import grammar
-    fams = set(scrape._GAUGES) | set(scrape.HISTOGRAMS)
-    for names in scrape._COUNTERS.values():
-        fams |= set(names) | {n + "_total" for n in names}
+    fams = set(family_values()) | {n + "_total" for n in family_values()}
     flags = sorted({a.flag for s in catalog.SIGNALS for a in s.advice if a.flag.startswith("--")})
     return {"line_kinds": set(LINE_KINDS), "log_fields": set(grammar._BATCH_KEYS) | set(grammar._GRAPH_KEYS),
             "metric_families": fams, "flags": flags}

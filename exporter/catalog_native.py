@@ -1,0 +1,291 @@
+"""SGLang's own /metrics, as data: which native family feeds which value the exporter keeps, and which of those
+values each signal needs when /metrics is its only source.
+
+One table for every reader (the scraper, the signals' unknown reasons, alert and dashboard generation, the
+simulator, the docs). A value names its families by their short name (without `sglang:` / `sglang_`, and a
+counter without `_total`); the first family of a value that a scrape carries wins, so a value lists the
+newest spelling first and every older one after it (renames across releases are one value with two families).
+Which releases define each family is not written here: `exporter.releases` has it, read from SGLang's own
+collector code of every release, and tests/test_native_metrics.py checks this table against it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from exporter import releases
+
+
+@dataclass(frozen=True)
+class NativeValue:
+    name: str         # the value's name in ScrapeResult / state ("queue", "retracted_requests")
+    kind: str         # gauge (latest per rank) | counter (summed; state counts its increase) | histogram
+    families: tuple   # SGLang's short family names, preferred first (counters without "_total")
+    meaning: str
+
+
+NATIVE_VALUES: tuple[NativeValue, ...] = (
+    # per-rank scheduler gauges
+    NativeValue("queue", "gauge", ("num_queue_reqs",), "requests in the waiting queue"),
+    NativeValue("running", "gauge", ("num_running_reqs",), "requests in the running batch"),
+    NativeValue("usage", "gauge", ("token_usage",), "KV pool usage, 0-1 (the fullest pool on 0.4.10+)"),
+    NativeValue("full_usage", "gauge", ("full_token_usage",), "full-attention KV pool usage (hybrid models)"),
+    NativeValue("swa_usage", "gauge", ("swa_token_usage",), "sliding-window KV pool usage (hybrid models)"),
+    NativeValue("mamba_usage", "gauge", ("mamba_usage",), "mamba state pool usage (hybrid models)"),
+    NativeValue("throughput", "gauge", ("gen_throughput",), "decode throughput, tokens/s"),
+    NativeValue("cuda_graph", "gauge", ("is_cuda_graph",), "1 when the last decode batch ran a CUDA graph"),
+    NativeValue("cache_hit_rate", "gauge", ("cache_hit_rate",), "prefix cache hit rate of the last prefill"),
+    NativeValue("new_token_ratio", "gauge", ("new_token_ratio",),
+                "the scheduler's estimate of the share of max_new_tokens still to come (rises after retractions)"),
+    NativeValue("paused", "gauge", ("num_paused_reqs",), "requests paused since the last stats report"),
+    NativeValue("kv_used_tokens", "gauge", ("kv_used_tokens",), "KV tokens in use"),
+    NativeValue("kv_available_tokens", "gauge", ("kv_available_tokens",), "KV tokens free"),
+    NativeValue("kv_evictable_tokens", "gauge", ("kv_evictable_tokens",), "KV tokens held by the prefix cache "
+                "that can be evicted"),
+    NativeValue("max_total_num_tokens", "gauge", ("max_total_num_tokens",), "KV pool capacity in tokens"),
+    NativeValue("headroom_gb", "gauge", ("startup_available_gpu_memory_gb",),
+                "GPU memory left after start-up, GiB (available_gpu_mem)"),
+    NativeValue("weight_memory_gb", "gauge", ("weight_memory_usage_gb",), "GPU memory of the weights, GiB"),
+    NativeValue("kv_cache_memory_gb", "gauge", ("kv_cache_memory_usage_gb",), "GPU memory of the KV cache, GiB"),
+    NativeValue("utilization", "gauge", ("utilization",), "the scheduler's utilization estimate"),
+    NativeValue("fwd_occupancy", "gauge", ("fwd_occupancy",), "share of time the GPU runs forward passes"),
+    NativeValue("spec_accept_length", "gauge", ("spec_accept_length",),
+                "speculative decoding: tokens accepted per verify step"),
+    NativeValue("spec_accept_rate", "gauge", ("spec_accept_rate",),
+                "speculative decoding: share of draft tokens accepted"),
+    NativeValue("retracted_gauge", "gauge", ("num_retracted_reqs",),
+                "requests retracted since the last stats report (0.5.2+; the only retraction metric of 0.5.2-0.5.6)"),
+    NativeValue("prefill_bootstrap_queue", "gauge", ("num_prefill_bootstrap_queue_reqs",),
+                "PD prefill: requests waiting for the decode side's bootstrap"),
+    NativeValue("prefill_prealloc_queue", "gauge", ("num_prefill_prealloc_queue_reqs",),
+                "PD prefill: requests in the pre-allocation queue (0.4.6-0.5.11)"),
+    NativeValue("prefill_inflight_queue", "gauge",
+                ("num_prefill_inflight_queue_reqs", "num_prefill_infight_queue_reqs"),   # misspelt before 0.5.1
+                "PD prefill: requests whose KV is being sent"),
+    NativeValue("decode_prealloc_queue", "gauge", ("num_decode_prealloc_queue_reqs",),
+                "PD decode: requests waiting for KV memory"),
+    NativeValue("decode_transfer_queue", "gauge", ("num_decode_transfer_queue_reqs",),
+                "PD decode: requests whose KV is being received"),
+    # counters (summed over series; state takes their per-series increase)
+    NativeValue("generation_tokens", "counter", ("generation_tokens",), "tokens generated"),
+    NativeValue("prompt_tokens", "counter", ("prompt_tokens",), "prompt tokens prefilled"),
+    NativeValue("cached_tokens", "counter", ("cached_tokens",), "prompt tokens served from the prefix cache"),
+    # the 0.4.9-0.5.2 gauge total_retracted_reqs counts since start-up, as a counter does
+    NativeValue("retracted_requests", "counter", ("num_retracted_requests", "total_retracted_reqs"),
+                "requests retracted"),
+    # sglang:cuda_graph_passes_total{mode=decode_cuda_graph|decode_none|prefill_...} (0.5.7+), split by mode
+    NativeValue("decode_graph_passes", "counter", ("cuda_graph_passes",), "decode forward passes run as a CUDA graph"),
+    NativeValue("decode_eager_passes", "counter", ("cuda_graph_passes",), "decode forward passes run without one"),
+    NativeValue("transfer_failed", "counter", ("num_transfer_failed_reqs", "num_bootstrap_failed_reqs"),
+                "PD: KV transfers or bootstraps that failed"),
+    # histograms (buckets summed over series)
+    NativeValue("ttft", "histogram", ("time_to_first_token_seconds",), "time to first token"),
+    NativeValue("itl", "histogram", ("inter_token_latency_seconds", "time_per_output_token_seconds"),
+                "inter-token latency (time_per_output_token_seconds before 0.4.4)"),
+    NativeValue("e2e", "histogram", ("e2e_request_latency_seconds",), "end-to-end request latency"),
+    NativeValue("queue_time", "histogram", ("queue_time_seconds", "queue_time_s"),
+                "time requests wait in the queue (queue_time_s in 0.5.2)"),
+)
+NATIVE_BY_NAME = {v.name: v for v in NATIVE_VALUES}
+RETRACTION_VALUES = ("retracted_requests", "retracted_gauge")
+
+# What each signal needs from /metrics when it is the only source: all of the groups, one value of each group.
+# None: the signal is judged from logs only (no release exposes what it reads).
+SIGNAL_METRICS: dict[str, tuple | None] = {
+    "queue_below_range": (("queue",),),
+    "queue_above_range": (("queue",),),
+    "kv_cache_underused": (("queue",), ("usage", "full_usage", "swa_usage", "mamba_usage")),
+    "concurrency_capped": None,      # max_running_requests is in the log's capacity line only
+    "retractions_frequent": (RETRACTION_VALUES,),
+    "retraction_storm": (RETRACTION_VALUES,),
+    "gpu_headroom_low": (("headroom_gb",),),
+    "gpu_headroom_high": (("headroom_gb",),),
+    "cuda_graph_off_small_batch": (("cuda_graph", "decode_eager_passes"), ("running",)),
+    "oom_prefill": None,
+    "oom_decode": None,
+    "stalled": (("queue", "running"),),
+    "latency_high": (("ttft", "itl", "e2e"),),
+    "server_crashed": None,
+    "startup_oom": None,
+    "startup_stalled": None,
+    "queue_wait_high": (("queue_time",),),
+    "prefix_reuse_missed": (("queue",), ("cache_hit_rate",)),
+    "kv_pressure": (("usage", "full_usage", "swa_usage", "mamba_usage", "paused"),
+                    ("kv_evictable_tokens", "paused")),
+    "spec_accept_low": (("spec_accept_length",),),
+    "pd_backlog": (("prefill_bootstrap_queue", "prefill_prealloc_queue", "prefill_inflight_queue",
+                    "decode_prealloc_queue", "decode_transfer_queue"),),
+}
+PD_QUEUES = SIGNAL_METRICS["pd_backlog"][0]
+# Signals no log line can feed: with logs as the only source they are unknown and unsupported.
+METRICS_ONLY = frozenset(("latency_high", "queue_wait_high", "prefix_reuse_missed", "kv_pressure",
+                          "spec_accept_low", "pd_backlog"))
+
+
+def native_metric_names(value: str) -> tuple[str, ...]:
+    """The exposed `sglang:` names of a value's families (counters with `_total`, as Prometheus sees them)."""
+    return tuple(_exposed_name(f) for f in NATIVE_BY_NAME[value].families)
+
+
+@cache
+def _exposed_name(short: str) -> str:
+    span = family_span(short)
+    if span is not None:
+        for fam in releases.metric_families(span[0]).values():
+            if fam.short in (short, short + "_total"):
+                return "sglang:" + short + ("_total" if fam.type == "counter" else "")
+    return "sglang:" + short
+
+
+# Values fed by only some series of a family: value -> (label, test of its value)
+SERIES_FILTERS = {
+    "decode_graph_passes": ("mode", lambda m: m.startswith("decode") and "cuda_graph" in m),
+    "decode_eager_passes": ("mode", lambda m: m.startswith("decode") and "cuda_graph" not in m),
+}
+
+
+@cache
+def family_values() -> dict[str, str]:
+    """Short family name (counters without `_total`) -> the (first) value it feeds."""
+    out: dict[str, str] = {}
+    for v in NATIVE_VALUES:
+        for f in v.families:
+            out.setdefault(f, v.name)
+    return out
+
+
+def _defined_short(release: str) -> set[str]:
+    out = set()
+    for fam in releases.metric_families(release).values():
+        short = fam.short
+        out.add(short[:-len("_total")] if short.endswith("_total") else short)
+    return out
+
+
+@cache
+def values_in(release: str) -> frozenset[str]:
+    """The values `release`'s collector can feed (one of their families is defined there)."""
+    defined = _defined_short(releases.resolve(release))
+    return frozenset(v.name for v in NATIVE_VALUES if defined & set(v.families))
+
+
+@cache
+def family_span(short: str) -> tuple[str, str | None] | None:
+    """(first, last or None) release defining a family (short name, counters without `_total`)."""
+    for name in (short, short + "_total"):
+        first = releases.first_release("sglang:" + name)
+        if first is not None:
+            return first, releases.last_release("sglang:" + name)
+    return None
+
+
+def _span_text(short: str) -> str:
+    span = family_span(short)
+    if span is None:
+        return "no release"
+    first, last = span
+    return f"{first}+" if last is None else f"{first}-{last}"
+
+
+# Families the scheduler sets at every stats report, together with num_queue_reqs: a scrape that carries
+# num_queue_reqs and lacks one of them comes from a release before that family's first.
+REPORTED_FAMILIES = ("num_queue_reqs", "num_running_reqs", "token_usage", "gen_throughput", "cache_hit_rate",
+                     "total_retracted_reqs", "num_retracted_reqs", "num_paused_reqs")
+
+
+def release_range(families_seen) -> tuple[str, str | None] | None:
+    """The releases an exposition can come from, given the SGLang families it carries (short names): (oldest,
+    newest or None for "up to the newest"), or None when it carries no family any release defines. A family
+    a release defines bounds it from below (and its removal from above); a family of REPORTED_FAMILIES that
+    is missing while num_queue_reqs is there bounds it from above."""
+    key, every = releases.version_key, releases.releases()
+    lo = hi = None
+    for short in families_seen:
+        span = family_span(short)
+        if span is None:
+            continue
+        first, last = span
+        if lo is None or key(first) > key(lo):
+            lo = first
+        if last is not None and (hi is None or key(last) < key(hi)):
+            hi = last
+    if lo is None:
+        return None
+    if "num_queue_reqs" in families_seen:
+        for short in REPORTED_FAMILIES:
+            span = family_span(short)
+            if short in families_seen or span is None or key(span[0]) <= key(lo):
+                continue
+            before = every[every.index(span[0]) - 1]
+            if (span[1] is None or key(span[1]) >= key(lo)) and (hi is None or key(before) < key(hi)):
+                hi = before
+    return lo, hi
+
+
+def missing_metrics(signal: str, present, families_seen=()) -> str:
+    """Why `signal` cannot be judged from /metrics alone, or "" when the scrape carries what it needs.
+
+    `present`: the values the last scrape fed; `families_seen`: the SGLang families it carried (to name the
+    releases it may come from)."""
+    groups = SIGNAL_METRICS.get(signal)
+    if groups is None:
+        return "read from SGLang's logs only: no release exports it on /metrics"
+    for group in groups:
+        if any(v in present for v in group):
+            continue
+        fams = [(f, n) for v in group for f, n in zip(NATIVE_BY_NAME[v].families, native_metric_names(v))]
+        needs = ", ".join(f"{n} ({_span_text(f)})" for f, n in fams)
+        fams = [f for f, _ in fams]
+        rng = release_range(families_seen)
+        if rng is not None:
+            lo, hi = rng
+            if not any(_exposable(f, lo, hi) for f in fams):
+                where = f"SGLang {lo}" + ("" if hi == lo else f" to {hi or 'newest'}")
+                return f"not exported by this release ({where}): needs one of {needs}"
+        return f"not in SGLang's /metrics (yet): needs one of {needs}"
+    return ""
+
+
+def _exposable(short: str, lo: str, hi: str | None) -> bool:
+    """Whether some release in lo..hi defines the family."""
+    span = family_span(short)
+    if span is None:
+        return False
+    first, last = span
+    key = releases.version_key
+    return key(first) <= key(hi or releases.newest()) and (last is None or key(last) >= key(lo))
+
+
+def signal_sources() -> dict[str, dict]:
+    """Per signal: what it reads from logs, from /metrics (exposed names) and the releases whose /metrics can
+    feed it alone ("0.5.11+", "none"). For docs/signal-sources.md."""
+    from exporter.catalog import SIGNALS
+    out = {}
+    all_releases = releases.releases()
+    for s in SIGNALS:
+        logs = tuple(i for i in s.inputs if not i.startswith("sglang"))
+        groups = SIGNAL_METRICS.get(s.id)
+        if groups is None:
+            out[s.id] = {"log": logs, "metrics": (), "releases": "none"}
+            continue
+        names = tuple(n for g in groups for v in g for n in native_metric_names(v))
+        ok = [r for r in all_releases if all(set(g) & values_in(r) for g in groups)]
+        out[s.id] = {"log": logs, "metrics": names, "releases": _ranges(ok, all_releases)}
+    return out
+
+
+def _ranges(ok: list, every: list) -> str:
+    """"0.5.11+" / "0.4.9.post6-0.5.2" / "none" for a set of releases."""
+    if not ok:
+        return "none"
+    parts, start, prev = [], None, None
+    for r in every:
+        if r in ok:
+            start = start or r
+            prev = r
+        elif start:
+            parts.append(f"{start}-{prev}")
+            start = None
+    if start:
+        parts.append(f"{start}+")
+    return ", ".join(parts)

@@ -1,0 +1,379 @@
+"""SGLang's own /metrics as the only source: the metric map against every release's families, and for each
+release's exposition the judgements it allows, unknown (with the reason) for the rest, never ok on nothing."""
+from __future__ import annotations
+
+import pytest
+
+from exporter import releases
+from exporter.catalog import SIGNALS
+from exporter.catalog_native import (
+    NATIVE_BY_NAME,
+    NATIVE_VALUES,
+    SIGNAL_METRICS,
+    family_span,
+    family_values,
+    missing_metrics,
+    signal_sources,
+    values_in,
+)
+from exporter.config import Config
+from exporter.engine import Engine
+from exporter.scrape import parse_exposition
+from tests import expositions
+
+ALL = releases.releases()
+GIB = 2 ** 30
+
+
+def _short(name: str) -> str:
+    short = releases.short_metric(name)
+    return short[:-len("_total")] if short.endswith("_total") else short
+
+
+# ------------------------------------------------------------------------------------------ the map itself
+def test_every_mapped_family_is_defined_by_some_release_with_the_kind_the_map_reads():
+    for v in NATIVE_VALUES:
+        for fam in v.families:
+            span = family_span(fam)
+            assert span is not None, f"{v.name}: sglang:{fam} is defined by no release"
+            first = span[0]
+            types = {f.type for f in releases.metric_families(first).values() if _short(f.name) == fam}
+            # the 0.4.9-0.5.2 total_retracted_reqs is a gauge that counts since start-up
+            want = {"counter", "gauge"} if (v.kind, fam) == ("counter", "total_retracted_reqs") else {v.kind}
+            assert types & want, f"sglang:{fam} is {types} in {first}, the map reads it as {v.kind}"
+
+
+def test_every_metric_rename_across_releases_feeds_one_value():
+    by_family = family_values()
+    for r in releases.renames():
+        if r.kind != "metric":
+            continue
+        old, new = _short(r.old), _short(r.new)
+        if old in by_family or new in by_family:
+            assert by_family.get(old) == by_family.get(new), f"{r.old} -> {r.new} ({r.release}) split in the map"
+
+
+def test_the_issues_unused_families_are_read_now():
+    wanted = ("cache_hit_rate", "cached_tokens", "queue_time_seconds", "num_retracted_reqs", "num_paused_reqs",
+              "max_total_num_tokens", "kv_used_tokens", "kv_available_tokens", "kv_evictable_tokens",
+              "full_token_usage", "swa_token_usage", "mamba_usage", "new_token_ratio", "utilization",
+              "fwd_occupancy", "spec_accept_length", "spec_accept_rate", "num_prefill_inflight_queue_reqs",
+              "num_decode_prealloc_queue_reqs", "num_decode_transfer_queue_reqs", "weight_memory_usage_gb",
+              "kv_cache_memory_usage_gb", "startup_available_gpu_memory_gb")
+    assert not [f for f in wanted if f not in family_values()]
+
+
+def test_every_signal_names_its_inputs_per_source():
+    assert set(SIGNAL_METRICS) == {s.id for s in SIGNALS}
+    sources = signal_sources()
+    for s in SIGNALS:
+        entry = sources[s.id]
+        assert entry["log"] or entry["metrics"], f"{s.id} reads nothing"
+        for group in SIGNAL_METRICS[s.id] or ():
+            assert all(v in NATIVE_BY_NAME for v in group)
+    assert sources["retraction_storm"]["releases"] == "0.4.9.post6+"
+    assert sources["gpu_headroom_low"]["releases"] == "0.5.11+"
+    assert sources["oom_decode"]["releases"] == "none"
+
+
+# ------------------------------------------------------------------------------- per-release expositions
+def _engine() -> Engine:
+    eng = Engine(Config(profile="offline"), log_fed=False)
+    eng.set_sources(metrics_up=True)
+    return eng
+
+
+def _judge(texts, t0: float = 1000.0, step: float = 15.0):
+    eng = _engine()
+    for i, text in enumerate(texts):
+        res = parse_exposition(text)
+        assert res.success
+        eng.ingest_scrape(res, t0 + i * step)
+    return eng, eng.evaluate(t0 + (len(texts) - 1) * step).judgements
+
+
+@pytest.mark.parametrize("release", ALL)
+def test_a_release_exposition_gives_the_judgements_it_allows_and_unknown_for_the_rest(release):
+    _, judged = _judge([expositions.healthy(release, step) for step in range(1, 6)])
+    can = values_in(release)
+    for sid, j in judged.items():
+        groups = SIGNAL_METRICS[sid]
+        fed = groups is not None and all(set(g) & can for g in groups)
+        if j.firing is not None:
+            # no ok (nor firing) with no input: every input group is exported by this release
+            assert fed, f"{release}: {sid} judged {j.firing} but {release} exports none of its inputs"
+            assert j.firing is False, f"{release}: {sid} fires on a healthy server: {j.detail}"
+        elif not fed:
+            assert j.unsupported, f"{release}: {sid} unknown but not marked unsupported: {j.detail}"
+            assert j.detail.startswith(("not exported by this release", "read from SGLang's logs only",
+                                        "not in SGLang's /metrics")), j.detail
+    retraction_metric = releases.version_key(release) >= releases.version_key("0.4.9.post6")
+    assert (judged["retraction_storm"].firing is not None) == retraction_metric, judged["retraction_storm"]
+    assert (judged["gpu_headroom_low"].firing is not None) == (release in _since("0.5.11"))
+    if releases.metric_families(release):
+        assert judged["queue_above_range"].firing is False
+
+
+def _since(first: str) -> list:
+    return [r for r in ALL if releases.version_key(r) >= releases.version_key(first)]
+
+
+def test_old_releases_say_why_retractions_cannot_be_judged():
+    _, judged = _judge([expositions.healthy("0.4.6.post5", s) for s in (1, 2, 3)])
+    j = judged["retractions_frequent"]
+    assert j.firing is None and j.unsupported
+    assert "not exported by this release" in j.detail and "sglang:num_retracted_requests_total" in j.detail
+
+
+def test_committed_fixtures_are_the_rendered_expositions():
+    from prometheus_client import disable_created_metrics, enable_created_metrics
+    disable_created_metrics()
+    try:
+        stale = [r for r in ALL
+                 if (expositions.FIXTURES / f"{r}.prom").read_text() != expositions.healthy(r)]
+    finally:
+        enable_created_metrics()
+    assert not stale, f"run `python -m tests.expositions`: stale {stale}"
+
+
+# ------------------------------------------------------------------------- values read from /metrics alone
+def _storm(release: str, gauge: bool):
+    texts = []
+    for step in range(1, 8):
+        g = dict(expositions.HEALTHY)
+        counters = {c: 1000 * step for c in expositions.STEADY_COUNTERS}
+        if gauge:
+            g["num_retracted_reqs"] = 3 + step % 2      # retracted since the last report: changes every scrape
+        else:
+            counters["num_retracted_requests"] = 5 * step
+            g["total_retracted_reqs"] = 5 * step
+        texts.append(expositions.render(release, g, counters))
+    return _judge(texts, step=5.0)
+
+
+@pytest.mark.parametrize("release,gauge", [("0.5.4.post3", True), ("0.5.23", False), ("0.4.10.post2", False)])
+def test_a_retraction_storm_fires_from_whichever_retraction_metric_the_release_has(release, gauge):
+    eng, judged = _storm(release, gauge)
+    assert judged["retraction_storm"].firing is True, judged["retraction_storm"]
+    assert eng.state.retractions_total >= 5
+
+
+def test_steady_retraction_metrics_do_not_fire():
+    for release in ("0.5.4.post3", "0.5.23", "0.4.10.post2"):
+        _, judged = _judge([expositions.healthy(release, s) for s in range(1, 8)], step=5.0)
+        assert judged["retraction_storm"].firing is False, release
+
+
+@pytest.mark.parametrize("gb,low,high", [(2.0, True, False), (6.5, False, False), (14.0, False, True)])
+def test_headroom_from_startup_available_gpu_memory(gb, low, high):
+    g = dict(expositions.HEALTHY, startup_available_gpu_memory_gb=gb)
+    eng, judged = _judge([expositions.render("0.5.15.post1", g)] * 2)
+    assert eng.state.headroom_bytes == pytest.approx(gb * GIB)
+    assert (judged["gpu_headroom_low"].firing, judged["gpu_headroom_high"].firing) == (low, high)
+
+
+def test_headroom_is_the_smallest_rank():
+    res = parse_exposition(expositions.render("0.5.23", {"startup_available_gpu_memory_gb": 7.0}) +
+                           expositions.render("0.5.23", {"startup_available_gpu_memory_gb": 3.0})
+                           .replace('tp_rank="0"', 'tp_rank="1"').replace("# HELP", "# X").replace("# TYPE", "# X"))
+    eng = _engine()
+    eng.ingest_scrape(res, 1.0)
+    assert eng.state.headroom_bytes == pytest.approx(3.0 * GIB)
+
+
+def test_capacity_from_max_total_num_tokens():
+    eng, _ = _judge([expositions.healthy("0.5.23")])
+    assert eng.state.memory_config["max_total_num_tokens"] == 100000
+
+
+def test_a_hybrid_model_is_judged_on_its_fullest_pool():
+    # token_usage says 0.5, but the SWA pool is full: the queue waits for memory, not for a cautious scheduler
+    g = dict(expositions.HEALTHY, token_usage=0.5, full_token_usage=0.5, swa_token_usage=0.97)
+    _, judged = _judge([expositions.render("0.5.23", g)] * 4)
+    assert judged["kv_cache_underused"].firing is False
+    g = dict(g, swa_token_usage=0.5)
+    _, judged = _judge([expositions.render("0.5.23", g)] * 4)
+    assert judged["kv_cache_underused"].firing is True
+
+
+def test_both_prefix_spellings_feed_the_same_values():
+    text = expositions.healthy("0.5.23")
+    a, b = parse_exposition(text), parse_exposition(text.replace("sglang:", "sglang_"))
+    assert a.present == b.present and a.ranks == b.ranks and a.counters == b.counters
+
+
+def test_missing_metrics_names_the_releases_of_the_inputs():
+    reason = missing_metrics("gpu_headroom_low", {"queue"}, {"num_queue_reqs", "is_cuda_graph"})
+    assert reason.startswith("not in SGLang's /metrics (yet)")   # 0.5.11+ may carry it: not yet reported
+    assert "sglang:startup_available_gpu_memory_gb (0.5.11+)" in reason
+    assert missing_metrics("queue_above_range", {"queue"}) == ""
+    assert missing_metrics("oom_decode", {"queue"}).startswith("read from SGLang's logs only")
+
+
+def test_the_signal_sources_doc_is_fresh_and_names_every_signal():
+    from exporter.generate import sources
+    assert sources.check() == [], "docs/signal-sources.md is stale: run `sglang-exporter generate`"
+    text = sources.DEFAULT_OUT.read_text()
+    assert all(f"| `{s.id}` |" in text for s in SIGNALS)
+
+
+@pytest.fixture
+def target():
+    from tests.test_scrape import Target
+    t = Target()
+    yield t
+    t.close()
+
+
+@pytest.mark.parametrize("release,retractions", [("0.4.6.post5", False), ("0.5.23", True)])
+def test_a_metrics_only_sidecar_says_which_judgements_the_release_cannot_make(target, release, retractions):
+    """serve --sglang-url (no log) over real HTTP: /metrics marks the unsupported signals, the API says why."""
+    from exporter.config import Config
+    from exporter.sidecar import Sidecar
+    from tests.test_scrape import Clock, families, metric, ok
+    clock = Clock()
+    sc = Sidecar(Config(sglang_url=target.base, scrape_timeout=2.0), clock=clock)
+    for step in range(1, 5):
+        target.serve(ok(expositions.healthy(release, step)))
+        clock.t += 15
+        sc.scrape_once()
+    fams = families(sc)
+    unsupported = metric(fams, "sglang_exporter_signal_unsupported", {"signal": "retraction_storm"})
+    firing = metric(fams, "sglang_exporter_signal_firing", {"signal": "retraction_storm"})
+    j = sc.view().snapshot.judgements["retraction_storm"]
+    if retractions:
+        assert (unsupported, firing, j.firing) == (0.0, 0.0, False)
+    else:
+        assert (unsupported, firing, j.firing) == (1.0, None, None)      # no ok on nothing: no series at all
+        assert "not exported by this release" in j.detail
+    assert metric(fams, "sglang_exporter_signal_unsupported", {"signal": "oom_decode"}) == 1.0
+    assert metric(fams, "sglang_exporter_signal_unsupported", {"signal": "queue_above_range"}) == 0.0
+
+
+def test_the_simulators_newest_metrics_alone_page_on_a_retraction_storm():
+    """The simulator's 0.5.23 /metrics carries the newer families: a metrics-only engine judges the storm, the
+    headroom and the capacity from them, as it would in front of the simulator in e2e."""
+    from exporter.simulate import Simulator, load_scenario
+    for scenario, storm in (("retraction_storm", True), ("healthy_offline", False)):
+        sim = Simulator(load_scenario(scenario), fmt="0.5.23")
+        eng = _engine()
+        t = 0.0
+        while t < sim.duration:
+            t += 5.0
+            sim.lines_until(t)
+            eng.ingest_scrape(parse_exposition(sim.metrics_text()), 1000.0 + t)
+        judged = eng.evaluate(1000.0 + t).judgements
+        assert judged["retraction_storm"].firing is storm, (scenario, judged["retraction_storm"])
+        assert judged["gpu_headroom_low"].firing is not None
+        assert eng.state.memory_config.get("max_total_num_tokens")
+
+
+# ------------------------------------------------------------------------------ the tuning signals (catalog_tuning)
+def _online_judge(texts, profile="online", log_args=None, step=15.0):
+    eng = Engine(Config(profile=profile), log_fed=False)
+    eng.set_sources(metrics_up=True)
+    if log_args is not None:
+        eng.state.server_args = dict(log_args)
+    for i, text in enumerate(texts):
+        eng.ingest_scrape(parse_exposition(text), 1000.0 + i * step)
+    return eng.evaluate(1000.0 + (len(texts) - 1) * step).judgements
+
+
+@pytest.mark.parametrize("wait,fires", [(0.2, False), (4.0, True)])
+def test_queue_wait_high_from_queue_time_seconds(wait, fires):
+    texts = [expositions.render("0.5.23", expositions.HEALTHY, {}, {"queue_time_seconds": [wait] * (20 * s)})
+             for s in range(1, 5)]
+    j = _online_judge(texts)["queue_wait_high"]
+    assert j.firing is fires, j
+
+
+def test_queue_wait_is_unknown_on_releases_without_queue_time():
+    j = _online_judge([expositions.healthy("0.4.10.post2", s) for s in range(1, 5)])["queue_wait_high"]
+    assert j.firing is None and j.unsupported and "sglang:queue_time_seconds (0.5.3.post3+)" in j.detail
+
+
+@pytest.mark.parametrize("hit,queue,policy,fires", [(0.6, 50, None, True), (0.6, 50, "fcfs", True),
+                                                    (0.6, 50, "lpm", False), (0.05, 50, "fcfs", False),
+                                                    (0.6, 0, "fcfs", False)])
+def test_prefix_reuse_missed(hit, queue, policy, fires):
+    g = dict(expositions.HEALTHY, cache_hit_rate=hit, num_queue_reqs=queue)
+    args = None if policy is None else {"schedule_policy": policy}
+    j = _online_judge([expositions.render("0.5.23", g)] * 4, log_args=args)["prefix_reuse_missed"]
+    assert j.firing is fires, j
+    if policy is None:
+        assert "schedule policy not known" in j.detail
+
+
+@pytest.mark.parametrize("usage,evictable,paused,fires", [(0.99, 100, 0, True), (0.99, 50000, 0, False),
+                                                          (0.5, 100, 0, False), (0.5, 50000, 2, True)])
+def test_kv_pressure(usage, evictable, paused, fires):
+    g = dict(expositions.HEALTHY, token_usage=usage, full_token_usage=usage, kv_evictable_tokens=evictable,
+             num_paused_reqs=paused)
+    j = _online_judge([expositions.render("0.5.23", g)] * 4)["kv_pressure"]
+    assert j.firing is fires, j
+
+
+@pytest.mark.parametrize("length,fires", [(1.1, True), (3.2, False)])
+def test_spec_accept_low(length, fires):
+    g = dict(expositions.HEALTHY, spec_accept_length=length, spec_accept_rate=length / 4)
+    j = _online_judge([expositions.render("0.5.23", g)] * 4)["spec_accept_low"]
+    assert j.firing is fires and j.value == pytest.approx(length), j
+
+
+def test_spec_accept_is_unknown_without_speculative_decoding():
+    j = _online_judge([expositions.healthy("0.5.23", s) for s in range(1, 5)])["spec_accept_low"]
+    assert j.firing is None
+
+
+@pytest.mark.parametrize("prealloc,transfer,fires", [(200, 10, True), (5, 3, False)])
+def test_pd_backlog(prealloc, transfer, fires):
+    g = dict(expositions.HEALTHY, num_decode_prealloc_queue_reqs=prealloc, num_decode_transfer_queue_reqs=transfer)
+    j = _online_judge([expositions.render("0.5.23", g)] * 4)["pd_backlog"]
+    assert j.firing is fires, j
+    # the misspelt 0.4.x inflight family feeds the same queue
+    g = dict(expositions.HEALTHY, num_prefill_infight_queue_reqs=prealloc + transfer)
+    j = _online_judge([expositions.render("0.4.8.post1", g)] * 4)["pd_backlog"]
+    assert j.firing is fires, j
+
+
+@pytest.mark.parametrize("cached_share,fires", [(0.6, True), (0.05, False)])
+def test_prefix_reuse_reads_the_hit_rate_from_the_token_counters(cached_share, fires):
+    """On 0.4.4-0.5.19 every decode report zeroes cache_hit_rate: the cached/prompt token counters tell."""
+    g = dict(expositions.HEALTHY, cache_hit_rate=0.0, num_queue_reqs=50)
+    texts = [expositions.render("0.5.12.post1", g, {"prompt_tokens": 1000 * s,
+                                                    "cached_tokens": round(1000 * s * cached_share)})
+             for s in range(1, 6)]
+    j = _online_judge(texts, log_args={"schedule_policy": "fcfs"})["prefix_reuse_missed"]
+    assert j.firing is fires, j
+
+
+def test_the_generators_sglang_tables_agree_with_the_release_data():
+    """The alert and dashboard generators' tables of SGLang metrics (versions as the reference spells them)
+    name families the release data defines, with the same type; those that feed a value are in the map."""
+    from exporter.generate import alerts, dashboards
+    tables = [(name, typ) for name, (_, _, typ) in alerts.SGLANG_METRICS.items()]
+    tables += [(name, typ) for name, (typ, _, _) in dashboards.SGLANG_METRICS.items()]
+    for name, typ in tables:
+        first = releases.first_release(name)
+        assert first is not None, f"{name}: no release defines it"
+        types = {f.type for r in ALL for f in releases.metric_families(r).values()
+                 if _short(f.name) == _short(name)}
+        assert typ in types, f"{name}: {typ} in the generator, {types} in the releases"
+
+
+@pytest.mark.parametrize("eager_growth,fires", [(40, True), (0, False)])
+def test_cuda_graph_off_from_the_graph_pass_counters(eager_growth, fires):
+    """0.5.7+: decode passes without a CUDA graph since the last scrape, while the batch is small, even when
+    is_cuda_graph (the last batch only) says 1."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+    texts = []
+    for step in range(1, 5):
+        reg = CollectorRegistry()
+        c = Counter("sglang:cuda_graph_passes", "passes", ["model_name", "mode"], registry=reg)
+        c.labels(model_name=expositions.MODEL, mode="decode_cuda_graph").inc(100 * step)
+        c.labels(model_name=expositions.MODEL, mode="decode_none").inc(1 + eager_growth * step)
+        c.labels(model_name=expositions.MODEL, mode="prefill_none").inc(50 * step)
+        g = dict(expositions.HEALTHY, num_running_reqs=8, is_cuda_graph=1)
+        texts.append(expositions.render("0.5.23", g) + generate_latest(reg).decode())
+    _, judged = _judge(texts)
+    assert judged["cuda_graph_off_small_batch"].firing is fires, judged["cuda_graph_off_small_batch"]
