@@ -17,6 +17,7 @@ import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from exporter import flags
 from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
 from exporter.failures import CRASH_KINDS, STAGE_KINDS, FailureTracker
 from exporter.ingest.events import RANK_KEYS, Event
@@ -496,6 +497,22 @@ class ServerState:
         worst = min(((v["headroom_bytes"], k) for k, v in self.memory_by_rank.items()), default=(None, None))
         self.headroom_bytes, self.headroom_rank = worst
 
+    def facts(self) -> dict:
+        """The server as a whole, JSON-ready (analyze's `server`, the API's `server`): whether its start-up was
+        seen, the SGLang release range its server_args keys point to, its rank layout, restarts with their
+        evidence, and each GPU's free memory after start-up (the least first)."""
+        release = flags.infer_release(self.server_args) if self.server_args else None
+        gpus = sorted(self.memory_by_rank.items(), key=lambda kv: (kv[1]["headroom_bytes"], kv[0]))
+        return {
+            "startup_seen": self.startup_seen,
+            "release": {"first": release[0], "last": release[1]} if release else None,
+            "layout": self.layout(),
+            "restarts": self.restarts,
+            "restart_evidence": [dict(e) for e in self.restart_evidence],
+            "gpu_headroom": [{"rank": label, "bytes": m["headroom_bytes"]} for label, m in gpus],
+            "gpu_headroom_worst_rank": self.headroom_rank,
+        }
+
     def layout(self) -> dict:
         """The rank layout: sizes from server_args (any release's spelling), else counted from the ranks seen
         in this start-up."""
@@ -608,7 +625,8 @@ class ServerState:
         """What classify reads of memory_config and server_args, read again whenever they change. Only this
         class writes them (apply_event, apply_scrape, _new_epoch), and each write is followed by this."""
         self._cap = self.memory_config.get("max_running_requests") if self._cap_fraction is not None else None
-        max_bs = self.server_args.get("cuda_graph_max_bs") or self._graph_default_bs
+        # the release's name for it (cuda_graph_max_bs_decode from 0.5.14 on), else the profile's default
+        max_bs = flags.value(self.server_args, "cuda_graph_max_bs") or self._graph_default_bs
         self._graph_max_bs = max_bs if isinstance(max_bs, (int, float)) else None    # None: any batch is small
 
     def classify(self, now: float, queue, running, usage, cuda_graph) -> None:
