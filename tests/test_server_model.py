@@ -175,3 +175,67 @@ def test_rank_labels_round_trip():
     for rank in ({"dp": 3, "tp": 7}, {"tp": 1, "pp": 1}, {"attn_cp": 2, "moe_dp": 1, "ep": 4}, {}):
         label = rank_label({**EMPTY_RANK, **rank})
         assert parse_rank_label(label) == rank
+
+
+# ------------------------------------------------------------------------------------------ release-aware flags
+def graph_advice(server_args: dict):
+    from exporter.advice import reconcile
+    from exporter.signals import Judgement
+    fired = {"cuda_graph_off_small_batch": Judgement("cuda_graph_off_small_batch", "warning", True, 0.5)}
+    recs = reconcile(fired, server_args, {}, facts={"graph_off_peak": 300})
+    return next(r for r in recs if "cuda-graph-max-bs" in r.flag)
+
+
+def test_the_renamed_graph_limit_is_read_whatever_the_release_calls_it():
+    from exporter import flags
+    assert flags.chain("cuda_graph_max_bs") == ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")
+    st = state()
+    st.apply_event(ev("server_args", T0, {"cuda_graph_max_bs_decode": 512}), T0)
+    assert st._graph_max_bs == 512             # not the profile's default of 160
+    st.apply_event(ev("decode_batch", T0 + 1, {"running_req": 300, "queue_req": 0, "token_usage": 0.5,
+                                                "cuda_graph": False}, tp=0), T0 + 1)
+    assert st.graph_off.hits == 1              # 300 <= 512: a small batch that ran without CUDA graph
+
+
+@pytest.mark.parametrize("name,flag", [("0.5.23-dp2", "--cuda-graph-max-bs-decode"),
+                                       ("0.4.6-dp2", "--cuda-graph-max-bs")])
+def test_advice_names_the_flag_the_release_accepts(name, flag):
+    from exporter import releases
+    from exporter.flags import infer_release
+    st = replay(RANKS / f"{name}.log").state
+    release = infer_release(st.server_args)
+    assert release is not None
+    rec = graph_advice(st.server_args)
+    assert rec.flag == flag and rec.current == 160
+    for r in release:                           # every release the line may come from accepts it
+        assert releases.server_arg_for_flag(flag, r) in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")
+
+
+def test_a_full_server_args_dump_pins_the_release():
+    from exporter import releases
+    from exporter.flags import infer_release
+    for r in ("0.4.6.post5", "0.5.13.post1", "0.5.14", "0.5.23"):
+        assert infer_release(dict.fromkeys(releases.server_args(r), 1)) == (r, r)
+    assert infer_release({"cuda_graph_max_bs": 1}) == ("0.3.5.post2", "0.5.13.post1")
+    assert infer_release({}) is None
+    assert infer_release({"x": 1}, version="0.5.23") == ("0.5.23", "0.5.23")
+
+
+def test_advice_for_an_unknown_release_names_both_spellings():
+    rec = graph_advice({"model_path": "m", "disable_cuda_graph": False})
+    assert rec.spellings == ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode")
+    assert rec.flag == "--cuda-graph-max-bs" and "--cuda-graph-max-bs-decode (SGLang 0.5.14 on)" in rec.reason
+    assert rec.to_json()["spellings"] == ["--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"]
+
+
+def test_analyze_reports_the_server_as_a_whole():
+    from exporter.analyze import analyze, render_text
+    rep = analyze([str(RANKS / "0.4.6-dp4-to-dp2-dpa.log")], Config(), progress=False)
+    server = rep["server"]
+    assert server["startup_seen"] and server["restarts"] == rep["restarts"] == 1
+    assert [e["evidence"] for e in server["restart_evidence"]] == ["server_args after batch lines"]
+    assert server["layout"] == {"dp": 2, "tp": 8, "pp": 1, "ep": 1, "dp_attention": True, "ranks_seen": 8}
+    assert len(server["gpu_headroom"]) == 8 and server["release"]["last"] == "0.5.13.post1"
+    text = render_text(rep)
+    assert "layout dp=2, tp=8, pp=1, ep=1, DP attention; 8 ranks printed start-up lines" in text
+    assert "server_args after batch lines" in text
