@@ -216,6 +216,8 @@ def _startup_stalled(state, p, sources, now, window):
     if age is None:
         if fl.ready:
             return False, 0.0, "the current start-up printed its ready line"
+        if not state.startup_seen and state.last_batch_t is not None:
+            return None, None, STARTUP_NOT_SEEN + ": it serves, its start-up is not judged"
         return None, None, "no server_args line of a start-up seen"
     limit = p["startup_seconds"]
     if age <= limit:

@@ -164,6 +164,7 @@ def test_joining_a_running_server_is_not_a_restart_and_startup_facts_are_unknown
     for sid in ("gpu_headroom_low", "gpu_headroom_high"):
         j = snap.judgements[sid]
         assert j.firing is None and j.detail.startswith("start-up not seen (joined a running server)")
+    assert snap.judgements["startup_stalled"].detail.startswith("start-up not seen (joined a running server)")
     # a real restart later brings the facts (and counts: SGLang started again)
     eng.ingest(ev("server_args", T0 + 40, {"tp_size": 1}), T0 + 40)
     eng.ingest(capacity(T0 + 41, 3.0, tp=0), T0 + 41)
@@ -239,3 +240,32 @@ def test_analyze_reports_the_server_as_a_whole():
     text = render_text(rep)
     assert "layout dp=2, tp=8, pp=1, ep=1, DP attention; 8 ranks printed start-up lines" in text
     assert "server_args after batch lines" in text
+
+
+def test_a_sidecar_joining_a_running_server_says_start_up_not_seen_until_it_restarts(tmp_path):
+    """Real files, the sidecar's own start (read-back finds no start-up) and follower pass; no threads."""
+    from exporter.sidecar import Sidecar
+    lines = (RANKS / "0.5.23-dp2-restart.log").read_text().splitlines(keepends=True)
+    restart = next(i for i, t in enumerate(lines) if "server_args=" in t and i > 0)
+    serving = [t for t in lines[:restart] if "Decode batch" in t]
+    log = tmp_path / "sglang.log"
+    log.write_text("".join(serving[:6]))                       # SGLang started before us: batches only
+    clock = [T0 + 100]
+    sc = Sidecar(Config(log_files=(str(log),)), clock=lambda: clock[0])
+    sc.prepare()
+    with open(log, "a") as fh:
+        fh.write("".join(serving[6:]))
+    sc.poll_logs_once()
+    view = sc.view()
+    assert view.server["startup_seen"] is False and view.restarts == 0
+    assert view.snapshot.judgements["gpu_headroom_low"].detail.startswith("start-up not seen")
+    with open(log, "a") as fh:                                   # a real restart brings the facts
+        fh.write("".join(lines[restart:]))
+    sc.poll_logs_once()
+    clock[0] = T0 + 300
+    view = sc.view()
+    assert view.server["startup_seen"] is True and view.restarts == 1
+    assert view.server["restart_evidence"][0]["evidence"] == "server_args after batch lines"
+    j = view.snapshot.judgements["gpu_headroom_low"]
+    assert (j.firing, j.detail) == (False, "6.80 GiB left after start-up on DP0 (the least of 2 GPUs)")
+    assert [g["rank"] for g in view.server["gpu_headroom"]] == ["DP0", "DP1"]
