@@ -18,8 +18,41 @@ _FULL_DUMP_SLACK = 3
 
 
 @functools.cache
-def _fields() -> dict[str, frozenset]:
-    return {r: frozenset(releases.server_args(r)) for r in releases.releases()}
+def _index() -> tuple:
+    """Per extracted release (by position, oldest first): its field names, flag -> field (primary flags and
+    aliases) and field -> primary flag. Built once from the data in one pass (the loader's per-release calls
+    build every field each time: too slow to call per flag and release)."""
+    rels = releases.releases()
+    pos = {r: i for i, r in enumerate(rels)}
+    n = len(rels)
+
+    def spans(changes: list) -> list:
+        out = [None] * n
+        for i, (rel, val) in enumerate(changes):
+            end = _pos(changes[i + 1][0], pos) if i + 1 < len(changes) else n
+            out[_pos(rel, pos):end] = [val] * (end - _pos(rel, pos))
+        return out
+    fields = [set() for _ in rels]
+    accepts: list[dict] = [{} for _ in rels]
+    primary: list[dict] = [{} for _ in rels]
+    for name, e in releases._load("server_args.json").items():
+        lo, hi = _pos(e["first"], pos), (_pos(e["last"], pos) if e["last"] else n - 1)
+        absent = set(e.get("absent_in", ()))
+        flag, aliases = spans(e["flag"]), spans(e.get("aliases", []))
+        for j in range(lo, hi + 1):
+            if rels[j] in absent:
+                continue
+            fields[j].add(name)
+            if flag[j]:
+                primary[j][name] = flag[j]
+                accepts[j][flag[j]] = name
+            for alias in aliases[j] or ():
+                accepts[j].setdefault(alias, name)
+    return rels, pos, [frozenset(f) for f in fields], accepts, primary
+
+
+def _pos(release: str, pos: dict) -> int:
+    return pos[release] if release in pos else pos[releases.resolve(release)]
 
 
 @functools.cache
@@ -43,8 +76,8 @@ def chain(name: str) -> tuple[str, ...]:
 
 @functools.cache
 def _infer(keys: frozenset) -> tuple[str, str] | None:
-    rels = releases.releases()
-    scored = [(len(keys - _fields()[r]), len(_fields()[r] - keys), r) for r in rels]
+    rels, _, fields, _, _ = _index()
+    scored = [(len(keys - fields[j]), len(fields[j] - keys), r) for j, r in enumerate(rels)]
     least_extra = min(s[0] for s in scored)
     if least_extra > len(keys) // 2:
         return None                      # most keys belong to no release: not a ServerArgs we know
@@ -91,14 +124,13 @@ def value(server_args: dict, name: str, release: tuple[str, str] | None = None):
 @functools.cache
 def _spellings(flag: str) -> tuple[str, ...]:
     """`flag` first, then the primary flags of the releases that do not accept `flag` for that setting."""
-    name = flag[2:].replace("-", "_")
-    for r in releases.releases():
-        name = releases.server_arg_for_flag(flag, r) or name
+    rels, _, fields, accepts, primary = _index()
+    name = next((a[flag] for a in reversed(accepts) if flag in a), flag[2:].replace("-", "_"))
     names = chain(name)
     out = [flag]
-    for r in releases.releases():
-        if releases.server_arg_for_flag(flag, r) is None:
-            f = next((f for n in reversed(names) if (f := releases.server_args_flag(n, r))), None)
+    for j in range(len(rels)):
+        if flag not in accepts[j]:
+            f = next((primary[j][n] for n in reversed(names) if n in primary[j]), None)
             if f and f not in out:
                 out.append(f)
     return tuple(out)
@@ -113,7 +145,9 @@ def spell(flag: str, release: tuple[str, str] | None) -> tuple[str, tuple[str, .
     spellings = _spellings(flag)
     if release is None or len(spellings) == 1:
         return flag, spellings
+    _, pos, _, accepts, _ = _index()
+    ends = [_pos(r, pos) for r in release]
     for candidate in spellings:
-        if all(releases.server_arg_for_flag(candidate, r) for r in release):
+        if all(candidate in accepts[j] for j in ends):
             return candidate, spellings
     return flag, spellings

@@ -269,3 +269,15 @@ def test_a_sidecar_joining_a_running_server_says_start_up_not_seen_until_it_rest
     j = view.snapshot.judgements["gpu_headroom_low"]
     assert (j.firing, j.detail) == (False, "6.80 GiB left after start-up on DP0 (the least of 2 GPUs)")
     assert [g["rank"] for g in view.server["gpu_headroom"]] == ["DP0", "DP1"]
+
+
+def test_the_flag_index_agrees_with_the_release_loader():
+    """flags builds its per-release index in one pass for speed; it must say what exporter.releases says."""
+    from exporter import flags, releases
+    _, pos, fields, accepts, primary = flags._index()
+    for r in releases.releases():
+        args = releases.server_args(r)
+        assert fields[pos[r]] == set(args), r
+        assert primary[pos[r]] == {n: a.flag for n, a in args.items() if a.flag}, r
+        spelled = {f for a in args.values() for f in ((a.flag,) if a.flag else ()) + a.aliases}
+        assert set(accepts[pos[r]]) == spelled, r
