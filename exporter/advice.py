@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from exporter import flags
 from exporter.catalog import GIB, SIGNALS_BY_ID, Advice
 from exporter.signals import Judgement
 
@@ -23,11 +24,12 @@ class Recommendation:
     signals: tuple[str, ...]
     severity: str
     reason: str
+    spellings: tuple[str, ...] = ()     # every spelling of the flag some SGLang release accepts
 
     def to_json(self) -> dict:
         return {"flag": self.flag, "action": self.action, "current": self.current,
                 "suggested": self.suggested, "signals": list(self.signals), "severity": self.severity,
-                "reason": self.reason}
+                "reason": self.reason, "spellings": list(self.spellings or (self.flag,))}
 
 
 # Firing, these say memory is short: more requests would only be retracted or run out of memory.
@@ -79,8 +81,24 @@ def reconcile(judgements: dict[str, Judgement], server_args: dict, memory_config
                              total_gpu_bytes, set(_ids(agree)))
         out.append(Recommendation(flag, winner.action, current, suggested, _ids(agree), _severity(agree),
                                   reason))
+    release = flags.infer_release(server_args)
+    out = [_spelled(r, release) for r in out]
     out.sort(key=lambda r: (-_SEVERITY_RANK[r.severity], r.flag))
     return out
+
+
+def _spelled(rec: Recommendation, release: tuple[str, str] | None) -> Recommendation:
+    """The recommendation in the words of the user's release: the flag it accepts (server_args tells the
+    release); when the release is not known and releases spell the flag differently, every spelling."""
+    flag, spellings = flags.spell(rec.flag, release)
+    reason = rec.reason
+    if flag != rec.flag:
+        reason = reason.replace(rec.flag, flag)
+    elif len(spellings) > 1:
+        others = [f"{s} (SGLang {flags.releases.first_release(s)} on)" for s in spellings if s != flag]
+        reason += f" The SGLang release is not known: it may spell {flag} as {', '.join(others)}."
+    return Recommendation(flag, rec.action, rec.current, rec.suggested, rec.signals, rec.severity, reason,
+                          spellings)
 
 
 class Reconciler:
@@ -96,7 +114,7 @@ class Reconciler:
                  headroom_bytes: float | None = None, total_gpu_bytes: float | None = None,
                  facts: dict | None = None) -> list[Recommendation]:
         firing = tuple(sid for sid, j in judgements.items() if j.firing)
-        key = [firing, headroom_bytes, total_gpu_bytes, facts]
+        key = [firing, headroom_bytes, total_gpu_bytes, facts, tuple(server_args)]   # keys tell the release
         for name in _arg_names(firing):         # what _current() reads
             v = server_args.get(name)
             if v is None:
@@ -113,7 +131,8 @@ class Reconciler:
 def _arg_names(firing: tuple[str, ...]) -> tuple[str, ...]:
     """The server arguments behind the flags these signals advise on: all reconcile() reads of server_args
     and memory_config."""
-    names = (_arg_name(adv.flag) for sid in firing for adv in SIGNALS_BY_ID[sid].advice)
+    names = (n for sid in firing for adv in SIGNALS_BY_ID[sid].advice
+             for n in (flags.chain(_arg_name(adv.flag)) if _arg_name(adv.flag) else ()))
     # _graph_check reads these too
     return tuple(dict.fromkeys(n for n in (*names, "disable_cuda_graph", "attention_backend") if n is not None))
 
@@ -147,7 +166,7 @@ def _graph_check(by_flag: dict, server_args: dict, peak) -> list[Recommendation]
     CUDA graph is disabled or does not apply (the guide: check it is not disabled, try another attention
     backend). Raising is left only when the limit is not known (no server_args line)."""
     items = by_flag.get("--cuda-graph-max-bs")
-    max_bs = _num(server_args.get("cuda_graph_max_bs"))
+    max_bs = _num(flags.value(server_args, "cuda_graph_max_bs"))
     if not items or max_bs is None:
         return []
     raise_ = [(s, a) for s, a in items if a.action == "increase"]
@@ -192,7 +211,7 @@ def _current(flag: str, server_args: dict, memory_config: dict):
     key = _arg_name(flag)
     if key is None:
         return None
-    value = server_args.get(key)
+    value = flags.value(server_args, key)
     if value is None:
         value = memory_config.get(key)
     return value if isinstance(value, (int, float, str, bool)) else None

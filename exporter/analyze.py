@@ -21,7 +21,8 @@ SCHEMA = "sglang-exporter/analyze/v1"
 MAX_CATCHUP_STEPS = 200      # evaluations inserted into one silent gap of the log
 _SERVER_ARGS_SHOWN = ("model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "enable_dp_attention",
                       "mem_fraction_static", "max_running_requests", "chunked_prefill_size",
-                      "schedule_conservativeness", "schedule_policy", "cuda_graph_max_bs", "disable_cuda_graph",
+                      "schedule_conservativeness", "schedule_policy", "cuda_graph_max_bs", "cuda_graph_max_bs_decode",
+                      "disable_cuda_graph", "ep_size",
                       "attention_backend", "speculative_algorithm", "disaggregation_mode", "quantization",
                       "context_length", "decode_log_interval", "watchdog_timeout")
 
@@ -242,6 +243,7 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
         "startup": {"server_args": {k: st.server_args[k] for k in _SERVER_ARGS_SHOWN if k in st.server_args},
                     "memory_config": dict(st.memory_config),
                     "gpu_headroom_bytes": st.headroom_bytes},
+        "server": st.facts(),
         "verdict": verdict_name,
         "verdict_reason": verdict_reason,
         "failures": [{**f, "time": iso(f["t"], time_only) if st.clock_known else None}
@@ -330,6 +332,7 @@ def render_text(report: dict) -> str:
             text += f" ({c['first']}" + (f" .. {c['last']})" if c["last"] != c["first"] else ")")
         counts.append(text)
     out.append("  events: " + "; ".join(counts))
+    out += _server_lines(report.get("server"))
     failures = report.get("failures", [])
     if failures:
         out.append("")
@@ -370,6 +373,30 @@ def render_text(report: dict) -> str:
         out.append("Advice: none; nothing to tune." if report["verdict"] != "insufficient data"
                    else "Advice: none; too little was judged to advise.")
     return "\n".join(out) + "\n"
+
+
+def _server_lines(server: dict | None) -> list[str]:
+    """The server as a whole: release range, rank layout, restarts with their evidence, headroom per GPU."""
+    if not server:
+        return []
+    rel = server["release"]
+    release = ("unknown" if rel is None else rel["first"] if rel["first"] == rel["last"]
+               else f"{rel['first']} .. {rel['last']}")
+    lay = server["layout"]
+    sizes = ", ".join(f"{k}={lay[k]}" for k in ("dp", "tp", "pp", "ep") if lay[k] is not None) or "unknown"
+    dpa = {True: ", DP attention", False: "", None: ""}[lay["dp_attention"]]
+    out = ["", "Server:",
+           f"  SGLang release {release}; layout {sizes}{dpa}; {lay['ranks_seen']} ranks printed start-up lines"
+           + ("" if server["startup_seen"] else "; start-up not seen (joined a running server)")]
+    for e in server["restart_evidence"]:
+        where = f" (line {e['line']})" if e.get("line") else ""
+        out.append(f"  restart at {e.get('time') or iso(e['t'], False)}{where}: {e['evidence']}")
+    gpus = server["gpu_headroom"]
+    if gpus:
+        shown = ", ".join(f"{g['rank'] or 'rank'} {g['bytes'] / 2**30:.2f} GiB" for g in gpus[:4])
+        more = f" (+{len(gpus) - 4} more)" if len(gpus) > 4 else ""
+        out.append(f"  free GPU memory after start-up, least first: {shown}{more}")
+    return out
 
 
 def format_value(v, unit: str, missing: str = "-") -> str:

@@ -227,7 +227,7 @@ SIGNALS: tuple[Signal, ...] = (
         impact="Risk of CUDA out-of-memory errors under load.",
         severity="warning",
         inputs=("memory_config.available_gpu_mem_bytes",),
-        formula="smallest available_gpu_mem over TP ranks in the current epoch < `min_bytes`",
+        formula="least free GPU memory after start-up over the ranks in the current epoch < `min_bytes`",
         value_unit="bytes",
         window_seconds=0,
         defaults={"min_bytes": 5 * GIB},
@@ -246,7 +246,7 @@ SIGNALS: tuple[Signal, ...] = (
         impact="Lower peak concurrency than the GPU allows.",
         severity="info",
         inputs=("memory_config.available_gpu_mem_bytes",),
-        formula="smallest available_gpu_mem over TP ranks in the current epoch > `max_bytes`",
+        formula="least free GPU memory after start-up over the ranks in the current epoch > `max_bytes`",
         value_unit="bytes",
         window_seconds=0,
         defaults={"max_bytes": 8 * GIB},
@@ -498,8 +498,12 @@ METRICS: tuple[MetricSpec, ...] = (
                "line (gen throughput).", _RANK),
     MetricSpec(f"{NS}_cuda_graph_enabled", "gauge", "1 when the last decode batch ran with CUDA graph.",
                _RANK),
-    MetricSpec(f"{NS}_gpu_headroom_bytes", "gauge", "GPU memory left after start-up (available_gpu_mem, "
-               "smallest over TP ranks).", ()),
+    MetricSpec(f"{NS}_gpu_headroom_bytes", "gauge", "GPU memory left after start-up on the GPU with the "
+               "least left (the headroom signals judge this one).", ()),
+    MetricSpec(f"{NS}_rank_gpu_headroom_bytes", "gauge", "GPU memory left after start-up per rank (`rank` as "
+               "SGLang's log prefix spells it, e.g. 'DP1 TP4'; '' for an unprefixed log): the capacity line's "
+               "available_gpu_mem, else the rank's last model-runner reading (CUDA graph capture or memory pool "
+               "end).", ("rank",)),
     MetricSpec(f"{NS}_retractions_per_minute", "gauge", "Retraction events per minute over the "
                "retractions_frequent window.", ()),
     MetricSpec(f"{NS}_retractions_total", "counter", "Retraction events (one per 'Retract requests' record "

@@ -129,6 +129,11 @@ def families(view: View, errors: Counter | None = None) -> list:
 
     gauge("max_running_requests", view.max_running_requests)
     gauge("gpu_headroom_bytes", view.headroom_bytes)
+
+    def rank_headroom(fam):
+        for g in (view.server or {}).get("gpu_headroom", ()):
+            fam.add_metric([g["rank"]], _value(g["bytes"]))
+    build(f"{NS}_rank_gpu_headroom_bytes", rank_headroom)
     gauge("retractions_per_minute", view.retractions_per_minute)
     gauge("last_batch_age_seconds", view.last_batch_age)
     for suffix, v in (("retractions_total", view.retractions_total),

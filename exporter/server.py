@@ -48,7 +48,7 @@ def signals_document(view) -> dict:
                         next((j.detail for sid, j in snap.judgements.items() if sid in SERVING_SIGNALS), ""))
     return {"version": view.version, "profile": view.profile, "time": snap.now, "model": view.model,
             "format_family": view.format_family, "verdict": name, "verdict_reason": why, "signals": signals,
-            "advice": [r.to_json() for r in snap.advice]}
+            "advice": [r.to_json() for r in snap.advice], "server": view.server}
 
 
 def load_web_config(path: str | None) -> dict:

@@ -65,6 +65,7 @@ class View:
     ready: bool = False
     worker_errors: dict = field(default_factory=dict)   # worker name -> unexpected errors caught
     extra: dict = field(default_factory=dict)
+    server: dict = field(default_factory=dict)          # ServerState.facts(): release, layout, restarts, GPUs
 
 
 class Sidecar:
@@ -441,6 +442,7 @@ class Sidecar:
                 profile=self.config.profile,
                 ready=self.ready(),
                 worker_errors=dict(self.worker_errors),
+                server=st.facts(),
             )
 
     def _scrape_view(self) -> dict | None:

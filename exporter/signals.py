@@ -16,6 +16,9 @@ from exporter.catalog_native import METRICS_ONLY, missing_metrics
 from exporter.failures import STAGE_TEXT
 from exporter.state import ServerState
 
+# why a signal needing start-up facts is unknown when the sidecar joined SGLang after its start-up
+STARTUP_NOT_SEEN = "start-up not seen (joined a running server)"
+
 
 @dataclass(frozen=True)
 class Sources:
@@ -112,6 +115,8 @@ def _fraction(sid: str, want: str):
         if not (sources.log_up if state.log_fed else sources.metrics_up):     # _fed_by_batches, inline
             return None, None, "no live source of batch samples"
         if sid == "concurrency_capped" and not state.memory_config.get("max_running_requests"):
+            if not state.startup_seen:
+                return None, None, STARTUP_NOT_SEEN + ": max_running_requests is not known"
             return None, None, "max_running_requests not known yet (capacity line not seen)"
         w = state.fraction[sid]
         total = w.total
@@ -152,8 +157,15 @@ def _headroom(low: bool):
     def judge(state, p, sources, now, window):
         h = state.headroom_bytes
         if h is None:
+            if not state.startup_seen:
+                return None, None, STARTUP_NOT_SEEN + ": free GPU memory after start-up is not known"
             return None, None, "available_gpu_mem not seen in this epoch"
         firing = h < p["min_bytes"] if low else h > p["max_bytes"]
+        # the rule is per GPU: the GPU with the least memory left is the one judged (and named)
+        gpus = len(state.memory_by_rank)
+        if gpus > 1:
+            return firing, float(h), ("{:.2f} GiB left after start-up on {} (the least of {} GPUs)", h / 2**30,
+                                      state.headroom_rank or "the unprefixed rank", gpus)
         return firing, float(h), ("{:.2f} GiB left after start-up", h / 2**30)
     return judge
 
@@ -237,6 +249,8 @@ def _startup_stalled(state, p, sources, now, window):
     if age is None:
         if fl.ready:
             return False, 0.0, "the current start-up printed its ready line"
+        if not state.startup_seen and state.last_batch_t is not None:
+            return None, None, STARTUP_NOT_SEEN + ": it serves, its start-up is not judged"
         return None, None, "no server_args line of a start-up seen"
     limit = p["startup_seconds"]
     if age <= limit:

@@ -17,10 +17,11 @@ import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from exporter import flags
 from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
 from exporter.catalog_native import family_values
 from exporter.failures import CRASH_KINDS, STAGE_KINDS, FailureTracker
-from exporter.ingest.events import Event
+from exporter.ingest.events import RANK_KEYS, Event
 
 MAX_RANKS = 64            # distinct rank label sets kept; more fold into "other" (bounded label sets)
 MAX_WINDOW_SAMPLES = 20000  # per event window (TimeWindow); it never holds more, whatever the input rate
@@ -30,6 +31,14 @@ OTHER_RANK = ("other", None, None)
 MAX_COUNTER_SERIES = 256  # series kept per scraped counter, to tell a reset of one from the others (apply_scrape)
 _STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
                           "server_ready")) | CRASH_KINDS | STAGE_KINDS   # the other event kinds apply_event reads
+MAX_RESTART_EVIDENCE = 32  # restarts kept with their evidence (the newest; the count goes on)
+CLOCK_STEP_BACK = 300      # seconds a source's start-up line may lie before its latest line (ranks interleave)
+_MEMORY_READINGS = ("memory_config", "graph_capture", "memory_pool")   # lines whose avail mem is a headroom
+# per-rank lines a rank prints once per start of its process: printed again after its own batch lines, the
+# process started again (memory pool and graph capture lines repeat for a draft model, so they are no evidence)
+_RANK_STARTS = frozenset(("load_weight", "memory_config"))
+_MAIN_LINES = ("server_args", "server_ready")    # printed by the launching process, not by a rank
+_START_TEXT = {"load_weight": "load weight begin", "memory_config": "capacity line"}
 FRACTION_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped")
 
 
@@ -249,15 +258,22 @@ class ServerState:
         self.epoch_started: float | None = None
         self.server_args: dict = {}
         self.memory_config: dict = {}
-        self.headroom_bytes: float | None = None
+        self.headroom_bytes: float | None = None    # the worst rank's (memory_by_rank), or None
+        self.headroom_rank: str | None = None       # that rank's label ("DP3 TP0"; "" for an unprefixed log)
+        self.memory_by_rank: dict[str, dict] = {}   # rank label -> start-up memory facts of that GPU (epoch)
         self.total_gpu_bytes: float | None = None   # free memory before weights load ~ usable GPU memory
+        self.restart_evidence: deque = deque(maxlen=MAX_RESTART_EVIDENCE)   # why each restart was counted
         self.model: str = ""
         self.format_family: str = ""
         self._ranks: dict[tuple, RankValues] = {}
         self._unread: list[RankValues] = []    # ranks that may hold unread lines (read_all skips the rest)
         self.last_batch_t: float | None = None
         self.last_progress_t: float | None = None
-        self._startup_seen: set = set()
+        self._startup_ranks: dict[str, set] = {}   # start-up kind -> rank labels that printed it (epoch)
+        self._batch_ranks: set = set()    # rank labels that printed batch lines in this epoch
+        self._ready = False               # this epoch printed its ready line
+        self._crashed = False             # a crash line since this epoch's server_args
+        self._source_t: dict[str, float] = {}    # source -> latest log time of its non-batch lines
         self._leader_tp: dict = {}     # DP rank -> the TP rank that prints its batch lines
         self._batch_slots: dict = {}   # id(rank dict) -> _batch_slot(rank)
         self._schedulers: dict | None = None   # per_scheduler(self.ranks), until the rank table changes
@@ -334,7 +350,13 @@ class ServerState:
             self.events_total[kind] = 1
         if kind not in _STATE_KINDS:
             return                    # access lines, request logs, ...: counted only
-        elif kind == "retraction":
+        if ev.ts is not None:
+            last = self._source_t.get(ev.source)
+            if last is None or ev.ts > last:
+                if last is None and len(self._source_t) >= MAX_RANKS:
+                    self._source_t.clear()
+                self._source_t[ev.source] = ev.ts
+        if kind == "retraction":
             if f.get("testing"):
                 return
             # every TP rank of a scheduler group prints the same retraction; count it once per DP rank, from
@@ -364,31 +386,164 @@ class ServerState:
                 self.watchdogs.push(now)
                 self.failures.count("watchdog_timeouts", now)
         elif kind == "memory_config":
-            if ev.rank.get("tp") in (None, 0):
-                self._startup_line("memory_config", now, restart_if_batches=True)
+            label = rank_label(ev.rank)
+            again = label in self._startup_ranks.get(kind, ())
+            self._startup_line(kind, ev, now, f"a second capacity line on {label or 'the unprefixed rank'}"
+                               if again else None)
             self.memory_config.update(f)
             self._limits()
-            avail = f.get("available_gpu_mem_bytes")
-            if avail is not None:
-                self.headroom_bytes = avail if self.headroom_bytes is None else min(self.headroom_bytes, avail)
+            self._memory_reading(label, kind, f.get("available_gpu_mem_bytes"))
         elif kind == "server_args":
-            self._startup_line("server_args", now, restart_if_batches=True, restart_if_any=True)
+            self._startup_line(kind, ev, now, self._args_evidence(f))
             self.failures.server_args(now)
             self.server_args = dict(f)
             self._limits()
             self.model = str(f.get("served_model_name") or f.get("model_path") or "")[:200]
-        elif kind == "load_weight":
-            self.failures.stage_event(kind, f)
-            if f.get("phase") == "begin" and f.get("avail_mem_bytes"):
-                self.total_gpu_bytes = max(self.total_gpu_bytes or 0, f["avail_mem_bytes"])
         elif kind == "server_ready":
             # warm-up batches run before the ready line, so batches alone do not mean a restart here
-            self._startup_line("server_ready", now)
+            self._startup_line(kind, ev, now, "a second ready line" if self._ready else None)
+            self._ready = True
             self.failures.server_ready()
         elif kind in CRASH_KINDS:
+            self._crashed = True
             self.failures.failure(kind, f, now, ev.line)
         elif kind in STAGE_KINDS:
+            phase = f.get("phase")
+            self._startup_line(kind, ev, now)
+            if kind == "load_weight" and phase == "begin" and f.get("avail_mem_bytes"):
+                self.total_gpu_bytes = max(self.total_gpu_bytes or 0, f["avail_mem_bytes"])
+            elif kind in _MEMORY_READINGS and phase != "begin":
+                self._memory_reading(rank_label(ev.rank), kind, f.get("avail_mem_bytes"))
             self.failures.stage_event(kind, f)
+
+    # ------------------------------------------------------------------ start-up and restarts
+    @property
+    def startup_seen(self) -> bool:
+        """Whether a start-up line of the running server was read (False: joined it mid-life, or nothing yet)."""
+        return self.epoch_started is not None
+
+    def _args_evidence(self, f: dict) -> str | None:
+        """Why a server_args line means SGLang started again; None when it belongs to the current start-up
+        (only the launching process prints it, once per launch)."""
+        if self.last_batch_t is not None:
+            return "server_args after batch lines"
+        if self._ready:
+            return "server_args after the ready line"
+        if self._crashed:
+            return "server_args after a crash"
+        if self.server_args and dict(f) != self.server_args:
+            return "server_args with other values"
+        return None
+
+    def _startup_line(self, kind: str, ev: Event, now: float, evidence: str | None = None) -> None:
+        """A line of the start-up sequence: every rank prints its own (load weight, memory pool, capacity,
+        CUDA graph), so a line is a restart only with evidence that the process started again: the caller's,
+        a rank starting again after its own batch lines (or after a crash), or the source's clock going
+        back. Otherwise it joins the current start-up (or opens the first one)."""
+        label = rank_label(ev.rank)
+        if evidence is None and kind in _RANK_STARTS and ev.fields.get("phase") != "end":
+            if label in self._batch_ranks:
+                evidence = f"{_START_TEXT[kind]} on {label or 'the unprefixed rank'} after its batch lines"
+            elif self.epoch_started is None and self.last_batch_t is not None:
+                evidence = f"{_START_TEXT[kind]} after batch lines of a server joined running"
+            elif self._crashed and kind == "load_weight" and label in self._startup_ranks.get(kind, ()):
+                evidence = f"{_START_TEXT[kind]} on {label or 'the unprefixed rank'} again after a crash"
+        if evidence is None and ev.ts is not None:
+            last = self._source_t.get(ev.source)
+            if last is not None and last - ev.ts > CLOCK_STEP_BACK:
+                evidence = f"the log's clock went back {last - ev.ts:.0f} s in {ev.source or 'the log'}"
+                self._source_t[ev.source] = ev.ts     # the new process's clock from here on
+        if evidence is not None:
+            self._new_epoch(now, evidence, ev)
+        elif self.epoch_started is None:
+            self._new_epoch(now)
+        seen = self._startup_ranks.setdefault(kind, set())
+        if len(seen) < 4 * MAX_RANKS:
+            seen.add(label)
+
+    def _new_epoch(self, now: float, evidence: str | None = None, ev: Event | None = None) -> None:
+        """SGLang (re)started (`evidence` says how we know; None: the first start-up seen): start-up facts and
+        windows restart; counters keep counting."""
+        if evidence is not None:
+            self.restarts += 1
+            self.failures.count("restarts", now)
+            self.restart_evidence.append({"t": now, "time": ev.time if ev else None, "evidence": evidence,
+                                          "source": ev.source if ev else "", "line": ev.line if ev else 0})
+        self.failures.start()
+        self.epoch += 1
+        self.epoch_started = now
+        self._startup_ranks = {}
+        self._batch_ranks = set()
+        self._ready = self._crashed = False
+        self.server_args = {}
+        self.memory_config = {}
+        self._limits()
+        self.headroom_bytes = self.headroom_rank = None
+        self.memory_by_rank = {}
+        self._ranks.clear()
+        self._unread.clear()
+        self._schedulers = None
+        self._batch_slots.clear()
+        self._leader_tp.clear()       # a restart may change the layout (dp=4 -> dp=2 moves DP1's leader to TP4)
+        self.last_batch_t = None
+        self.samples.clear()
+        self.graph_off_peak = 0
+
+    def _memory_reading(self, label: str, kind: str, avail) -> None:
+        """A rank's free GPU memory as a start-up line printed it. Its headroom is the capacity line's reading
+        (printed last, after CUDA graph capture) or, on ranks that print none (TP1.., releases before 0.4.7),
+        the latest model-runner reading (graph capture end, memory pool end). The server's headroom is the
+        worst rank's: the 5-8 GB rule is per GPU."""
+        if not isinstance(avail, (int, float)) or isinstance(avail, bool):
+            return
+        m = self.memory_by_rank.get(label)
+        if m is None:
+            if len(self.memory_by_rank) >= MAX_RANKS:
+                return
+            m = self.memory_by_rank[label] = {}
+        m["capacity_bytes" if kind == "memory_config" else "runner_bytes"] = avail
+        m["headroom_bytes"] = m.get("capacity_bytes", m.get("runner_bytes"))
+        worst = min(((v["headroom_bytes"], k) for k, v in self.memory_by_rank.items()), default=(None, None))
+        self.headroom_bytes, self.headroom_rank = worst
+
+    def facts(self) -> dict:
+        """The server as a whole, JSON-ready (analyze's `server`, the API's `server`): whether its start-up was
+        seen, the SGLang release range its server_args keys point to, its rank layout, restarts with their
+        evidence, and each GPU's free memory after start-up (the least first)."""
+        release = flags.infer_release(self.server_args) if self.server_args else None
+        gpus = sorted(self.memory_by_rank.items(), key=lambda kv: (kv[1]["headroom_bytes"], kv[0]))
+        return {
+            "startup_seen": self.startup_seen,
+            "release": {"first": release[0], "last": release[1]} if release else None,
+            "layout": self.layout(),
+            "restarts": self.restarts,
+            "restart_evidence": [dict(e) for e in self.restart_evidence],
+            "gpu_headroom": [{"rank": label, "bytes": m["headroom_bytes"]} for label, m in gpus],
+            "gpu_headroom_worst_rank": self.headroom_rank,
+        }
+
+    def layout(self) -> dict:
+        """The rank layout: sizes from server_args (any release's spelling), else counted from the ranks seen
+        in this start-up."""
+        a = self.server_args
+        seen: dict[str, set] = {}
+        ranks = set().union(*(labels for kind, labels in self._startup_ranks.items() if kind not in _MAIN_LINES))
+        for label in ranks:
+            for key, value in parse_rank_label(label).items():
+                seen.setdefault(key, set()).add(value)
+        out: dict = {}
+        for key, names in (("tp", ("tp_size", "tensor_parallel_size")), ("dp", ("dp_size", "data_parallel_size")),
+                           ("pp", ("pp_size", "pipeline_parallel_size")),
+                           ("ep", ("ep_size", "expert_parallel_size"))):
+            value = next((a[n] for n in names if isinstance(a.get(n), int) and not isinstance(a.get(n), bool)),
+                         None)
+            if value is None and seen.get(key):
+                value = max(seen[key]) + 1
+            out[key] = value
+        dpa = a.get("enable_dp_attention")
+        out["dp_attention"] = dpa if isinstance(dpa, bool) else None
+        out["ranks_seen"] = len(ranks)
+        return out
 
     def apply_row(self, row: tuple, now: float) -> None:
         """A line still in its learned layout (events.Row): what apply_event does with its Event, without
@@ -456,6 +611,8 @@ class ServerState:
                 self._batch_slots.clear()
             elif tp != leader:
                 sample = False
+        if len(self._batch_ranks) < 4 * MAX_RANKS:
+            self._batch_ranks.add(rank_label(rank))
         key = (dp, tp, rank.get("pp"))
         rv = self._ranks.get(key)
         if rv is None:
@@ -464,38 +621,6 @@ class ServerState:
             self._batch_slots.clear()
         slot = self._batch_slots[id(rank)] = (rank, rv, sample)
         return slot
-
-    def _startup_line(self, kind: str, now: float, restart_if_batches: bool = False,
-                      restart_if_any: bool = False) -> None:
-        """A start-up line starts a new epoch when it cannot belong to the current start-up sequence."""
-        after_batches = restart_if_batches and self.last_batch_t is not None
-        if (self.epoch_started is None or kind in self._startup_seen or after_batches
-                or (restart_if_any and self._startup_seen)):
-            # batch lines before the first start-up line: we joined a running server and it restarted
-            self._new_epoch(now, joined_running=after_batches)
-        self._startup_seen.add(kind)
-
-    def _new_epoch(self, now: float, joined_running: bool = False) -> None:
-        """SGLang (re)started: start-up facts and windows restart; counters keep counting."""
-        if self.epoch_started is not None or joined_running:
-            self.restarts += 1
-            self.failures.count("restarts", now)
-        self.failures.start()
-        self.epoch += 1
-        self.epoch_started = now
-        self._startup_seen: set = set()
-        self.server_args = {}
-        self.memory_config = {}
-        self._limits()
-        self.headroom_bytes = None
-        self._ranks.clear()
-        self._unread.clear()
-        self._schedulers = None
-        self._batch_slots.clear()
-        self._leader_tp.clear()       # a restart may change the layout (dp=4 -> dp=2 moves DP1's leader to TP4)
-        self.last_batch_t = None
-        self.samples.clear()
-        self.graph_off_peak = 0
 
     def _new_rank(self, key: tuple) -> RankValues:
         """A slot for a rank not seen yet; past MAX_RANKS - 1 distinct ranks they share the "other" slot, so
@@ -509,7 +634,8 @@ class ServerState:
         """What classify reads of memory_config and server_args, read again whenever they change. Only this
         class writes them (apply_event, apply_scrape, _new_epoch), and each write is followed by this."""
         self._cap = self.memory_config.get("max_running_requests") if self._cap_fraction is not None else None
-        max_bs = self.server_args.get("cuda_graph_max_bs") or self._graph_default_bs
+        # the release's name for it (cuda_graph_max_bs_decode from 0.5.14 on), else the profile's default
+        max_bs = flags.value(self.server_args, "cuda_graph_max_bs") or self._graph_default_bs
         self._graph_max_bs = max_bs if isinstance(max_bs, (int, float)) else None    # None: any batch is small
 
     def classify(self, now: float, queue, running, usage, cuda_graph) -> None:
@@ -803,6 +929,23 @@ def _present_of(scrape) -> set:
     out = {k for vals in scrape.ranks.values() for k in vals}
     out.update(scrape.counters)
     out.update(family_values().get(name, name) for name in scrape.histograms)
+    return out
+
+
+def rank_label(rank: dict) -> str:
+    """A rank as SGLang's prefix spells it ("DP1 TP4 EP4"; "" for a line without a rank tag)."""
+    return " ".join(f"{k.upper()}{rank[k]}" for k in RANK_KEYS if rank.get(k) is not None)
+
+
+def parse_rank_label(label: str) -> dict:
+    """rank_label's inverse: {"dp": 1, "tp": 4}."""
+    out = {}
+    for part in label.split():
+        for k in sorted(RANK_KEYS, key=len, reverse=True):
+            tag = k.upper()
+            if part.startswith(tag) and part[len(tag):].isdigit():
+                out[k] = int(part[len(tag):])
+                break
     return out
 
 

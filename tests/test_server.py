@@ -82,7 +82,7 @@ def test_endpoints(served):
     assert status == 200 and headers["Content-Type"] == "application/json"
     doc = json.loads(body)
     assert set(doc) == {"version", "profile", "time", "model", "format_family", "verdict", "verdict_reason",
-                        "signals", "advice"}
+                        "signals", "advice", "server"}
     assert doc["profile"] == "offline" and doc["model"] == "m"
     by_id = {s["id"]: s for s in doc["signals"]}
     assert set(by_id["gpu_headroom_high"]) == {"id", "title", "severity", "state", "value", "unit", "detail",
@@ -95,7 +95,7 @@ def test_endpoints(served):
     adv = {a["flag"]: a for a in doc["advice"]}
     assert adv["--mem-fraction-static"]["action"] == "increase"
     assert set(adv["--mem-fraction-static"]) == {"flag", "action", "current", "suggested", "signals", "severity",
-                                                 "reason"}
+                                                 "reason", "spellings"}
 
     status, headers, body = get(served.base + "/")
     assert status == 200 and "text/html" in headers["Content-Type"] and "/api/v1/signals" in body
@@ -110,7 +110,8 @@ def test_sigterm_exits_zero(served):
 def test_api_doc_lists_every_key(served):
     doc = (ROOT / "docs" / "api.md").read_text()
     body = json.loads(get(served.base + "/api/v1/signals")[2])
-    keys = set(body) | set(body["signals"][0]) | set(body["advice"][0] if body["advice"] else {})
+    keys = (set(body) | set(body["signals"][0]) | set(body["advice"][0] if body["advice"] else {})
+            | set(body["server"]) | set(body["server"]["layout"]))
     for key in keys:
         assert f"`{key}`" in doc, key
 

@@ -314,7 +314,7 @@ def overview_panels() -> list:
               targets=[Target(_rank_max(f"{NS}_gen_throughput_tokens_per_second"), "{{instance}}")],
               steps=[(None, "blue")]),
         Panel("GPU memory headroom", "stat", "bytes", w=4, h=4,
-              shows="GPU memory left after start-up (available_gpu_mem, smallest TP rank).",
+              shows="GPU memory left after start-up on the GPU with the least left.",
               good=f"between {_gib(hr_lo)} and {_gib(hr_hi)}.",
               bad=f"below {_gib(hr_lo)}: OOM risk, decrease --mem-fraction-static; above {_gib(hr_hi)}: KV "
                   "cache too small, increase --mem-fraction-static.",
@@ -477,12 +477,14 @@ def detail_panels() -> list:
                               f"[$__rate_interval]))", "{{instance}} counter")]),
         row("Memory and CUDA graph"),
         Panel("GPU memory headroom", "timeseries", "bytes", min=0,
-              shows=f"GPU memory left after start-up (available_gpu_mem, smallest TP rank), with the "
-                    f"{_gib(hr_lo)}-{_gib(hr_hi)} band of the guide.",
+              shows=f"GPU memory left after start-up: the GPU with the least left, and each rank, with the "
+                    f"{_gib(hr_lo)}-{_gib(hr_hi)} band of the guide (per GPU).",
               good=f"inside the green band {_gib(hr_lo)}-{_gib(hr_hi)}.",
               bad=f"below {_gib(hr_lo)}: decrease --mem-fraction-static (OOM risk); above {_gib(hr_hi)}: "
                   "increase it in steps of 0.01 (more KV cache).",
-              targets=[Target(f"min by ({BY}) ({NS}_gpu_headroom_bytes{{{SEL}}})", "{{instance}}")],
+              targets=[Target(f"min by ({BY}) ({NS}_gpu_headroom_bytes{{{SEL}}})", "{{instance}}"),
+                       Target(f"min by ({BY}, rank) ({NS}_rank_gpu_headroom_bytes{{{SEL}}})",
+                              "{{instance}} {{rank}}")],
               steps=[(None, "red"), (hr_lo, "green"), (hr_hi, "yellow")], style="dashed+area"),
         Panel("CUDA graph per DP rank", "state-timeline", "none",
               shows="Whether the last decode batch of each DP rank ran with CUDA graph.",
