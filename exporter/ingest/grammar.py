@@ -82,6 +82,7 @@ _PREFIX_PART = re.compile(
 _PREFIX_RANKS = {"DP": "dp", "TP": "tp", "PP": "pp", "EP": "ep", "CP": "attn_cp", "ATTN_CP": "attn_cp",
                  "MOE_DP": "moe_dp", "gpu=": "tp"}
 _PY_FILE = re.compile(r"[\w-]+\.py")
+SGLANG_LAYOUT = "[<time> <rank>] (SGLang's own)"    # the layout name of records behind SGLang's own prefix
 MAX_PREFIX_LAYOUTS = 4096   # prefix skeletons per source (when full the table starts afresh)
 
 # Exact printed keys of batch lines -> stable snake_case field names (docs/log-events.md).
@@ -198,6 +199,8 @@ def parse_batch_body(body: str, fields: dict) -> None:
     by snake()); `key: a=1, b=2` (0.4.9's hybrid-SWA form) becomes `a_<key>` and `b_<key>`.
     """
     base = None
+    if " [" in body:
+        body = _INTERVAL.sub(lambda m: _interval(m, fields), body)
     for piece in body.rstrip(", ").split(", "):
         key, sep, val = piece.partition(": ")
         if not sep:
@@ -228,6 +231,21 @@ def parse_batch_body(body: str, fields: dict) -> None:
             if type(value) is str and key in _BATCH_KEYS:
                 continue                            # a known numeric field keeps its type or is left out
             fields[base] = value
+
+
+# A value with its interval, as speculative decoding prints its estimates: `est uncap acc len: 3.10 [2.95, 3.25]`.
+_INTERVAL = re.compile(r"(?:^|, )([^,:\[\]]{1,80}): ([^ ,\[\]]{1,40}) \[([^ ,\[\]]{1,40}), ([^ ,\[\]]{1,40})\]")
+
+
+def _interval(m, fields: dict) -> str:
+    """`key: v [low, high]` -> fields name, name_low, name_high (numbers, as value_of reads them)."""
+    key = m.group(1)
+    name = _BATCH_KEYS.get(key) or snake(key)
+    if name and name not in _BATCH_NAMES or key in _BATCH_KEYS:
+        fields[name] = value_of(m.group(2))
+        fields[name + "_low"] = value_of(m.group(3))
+        fields[name + "_high"] = value_of(m.group(4))
+    return ""
 
 
 # Learned shapes. A source keeps printing its batch lines in one or two exact shapes (one SGLang version, one
@@ -684,6 +702,7 @@ class Parser:
         self._prefixed = False       # a record behind a prefix seen: a message at a line's start is not a record
                                      # while a request's text runs on (see _anchored)
         self._carried = None         # midnight of the last dated line: the day of a time-only one
+        self.untimed = 0             # records found by message without any time in their line
 
     # ------------------------------------------------------------------ public API
     @property
@@ -1078,6 +1097,8 @@ class Parser:
                     ts, iso = self._time_only(tod, frac[:6] if frac else frac)
             if ts is None and container_time:
                 ts, iso = _container_ts(container_time), container_time
+            if ts is None:
+                self.untimed += 1
             if start:
                 self._prefixed = True
             ev.time, ev.ts, ev.rank, ev.source, ev.line = iso, ts, layout.rank_of(text), self.source, lineno
