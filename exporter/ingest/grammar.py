@@ -1068,7 +1068,7 @@ class Parser:
             # inside a traceback or a request's raw text only a dated prefix starts a record (a bare message
             # does too in a file without prefixes, as a request's text cannot be told from it there)
             if (self._pending is not None or self._in_request) and layout.time is None and not (
-                    start == 0 and not self._prefixed and self._pending is None):
+                    start == 0 and not self._prefixed):
                 return False
             ev = self._message(msg, False)
             if ev is None:
