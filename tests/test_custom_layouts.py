@@ -88,6 +88,26 @@ def test_request_text_behind_a_custom_layout_is_no_record():
     assert kinds == ["request_log", "decode_batch"]
 
 
+def test_a_generated_log_reads_the_same_behind_a_custom_layout(tmp_path):
+    """bench/genlog.py's log (every record kind the bench has, --log-requests, crashes, restarts) and the same
+    lines behind a custom logging config's prefix: the same records, fields, ranks and times (learned shapes
+    serve the custom layout's batch lines too)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import genlog
+    own, custom = tmp_path / "own.log", tmp_path / "custom.log"
+    genlog.write(6000, str(own), seed=3)
+    custom.write_text(genlog.custom_layout(own.read_text()))
+
+    def records(path):
+        return [(e.line, e.kind, e.fields, e.rank, e.ts) for e in iter_file_events(str(path))]
+    want = records(own)
+    assert len(want) > 5900
+    assert records(custom) == want
+    sp = SourceParser(str(custom))
+    list(iter_file_events(str(custom), stats=sp))
+    assert sum(sp.parser.layouts.values()) > 0.99 * len(want)     # (bare traceback lines: no prefix)
+
+
 # -------------------------------------------------------------------------------- properties
 MESSAGES = [
     "Decode batch, #running-req: 7, #token: 100, token usage: 0.10, cuda graph: True, gen throughput (token/s): "

@@ -15,6 +15,7 @@ import operator
 import re
 from collections import Counter
 from datetime import datetime, timezone
+from itertools import chain
 
 from exporter.catalog import DEFAULT_FIELD_RANGE, FIELD_RANGES
 from exporter.ingest.events import EMPTY_RANK, Event, as_event, compact_encoder
@@ -84,6 +85,7 @@ _PREFIX_RANKS = {"DP": "dp", "TP": "tp", "PP": "pp", "EP": "ep", "CP": "attn_cp"
 _PY_FILE = re.compile(r"[\w-]+\.py")
 SGLANG_LAYOUT = "[<time> <rank>] (SGLang's own)"    # the layout name of records behind SGLang's own prefix
 MAX_PREFIX_LAYOUTS = 4096   # prefix skeletons per source (when full the table starts afresh)
+MAX_KNOWN_PREFIXES = 8      # prefix layouts tried at a line's start before searching it for a message
 
 # Exact printed keys of batch lines -> stable snake_case field names (docs/log-events.md).
 _BATCH_KEYS = {
@@ -703,6 +705,7 @@ class Parser:
                                      # while a request's text runs on (see _anchored)
         self._carried = None         # midnight of the last dated line: the day of a time-only one
         self.untimed = 0             # records found by message without any time in their line
+        self._known: list = []       # the prefix regexes of the layouts records were found behind, latest first
 
     # ------------------------------------------------------------------ public API
     @property
@@ -1049,7 +1052,15 @@ class Parser:
         if "\x00" in text:
             return False
         marked = None
-        for a in _ANCHOR.finditer(text):
+        anchors = None
+        for rx in self._known:          # the file's layouts: the message where their prefix ends, no search
+            m = rx.match(text)
+            if m is not None:
+                a = _ANCHOR.match(text, m.end())
+                if a is not None:
+                    anchors = chain((a,), _ANCHOR.finditer(text, a.end()))
+                    break
+        for a in anchors or _ANCHOR.finditer(text):
             start = a.start()
             if start == 0 and a.group().endswith("memory"):
                 return False                # a bare CUDA OOM: _bare's one-line record, as always
@@ -1070,6 +1081,9 @@ class Parser:
             if (self._pending is not None or self._in_request) and layout.time is None and not (
                     start == 0 and not self._prefixed):
                 return False
+            if layout.tags is not None and (head == "D" or head == "P") and self._batch_by_shape(
+                    text, msg, layout, lineno, container_time, out):
+                return True
             ev = self._message(msg, False)
             if ev is None:
                 continue
@@ -1101,6 +1115,7 @@ class Parser:
                 self.untimed += 1
             if start:
                 self._prefixed = True
+                self._know(layout, text, start)
             ev.time, ev.ts, ev.rank, ev.source, ev.line = iso, ts, layout.rank_of(text), self.source, lineno
             level, pid = layout.level_pid(text)
             if level is not None or pid is not None:
@@ -1114,8 +1129,45 @@ class Parser:
             self._recognised += 1
             self._kinds[kind] += 1
             out.append(ev)
+            if (kind == "decode_batch" or kind == "prefill_batch") and layout.tags is not None and self.learning:
+                date, _, frac = layout.clock(text)
+                if date is not None:
+                    self._learn(msg, frac[:6] if frac else None, layout.ranks_text(text), True)
             return True
         return False
+
+    def _batch_by_shape(self, text: str, msg: str, layout, lineno: int, container_time, out: list) -> bool:
+        """A batch line behind a custom prefix with a date, read by a learned shape (see "Learned shapes"): the
+        line as SGLang's own prefix would print it, so the shapes learned from either layout serve both."""
+        date, tod, frac = layout.clock(text)
+        if date is None or not self._shapes:
+            return False
+        m = self._line_re.match(f"[{date} {tod}{'.' + frac[:6] if frac else ''}{layout.ranks_text(text)}] {msg}")
+        shape = self._by_marker.get(m.lastindex) if m is not None else None
+        if shape is None:
+            return False
+        if self._pending is not None:
+            out += self.flush()
+        self._in_request = False
+        self._prefixed = True
+        self._know(layout, text, len(text) - len(msg))
+        self._learned_event(shape, m, lineno, container_time, out)
+        ev = out[-1]
+        ev.line = lineno
+        level, pid = layout.level_pid(text)
+        if level is not None or pid is not None:
+            ev.prefix = {"level": level, "pid": pid}
+        self.layouts[layout.template] += 1
+        return True
+
+    def _know(self, layout, text: str, end: int) -> None:
+        """Remember a prefix layout a record was found behind: its lines' messages are then looked for where
+        the prefix ends (its skeleton as a regex: each digit any digit, the rest as printed)."""
+        if layout.known:
+            return
+        layout.known = True
+        rx = re.compile(re.sub(r"[0-9]", "[0-9]", re.escape(text[:end])))
+        self._known = [rx] + self._known[:MAX_KNOWN_PREFIXES - 1]
 
     def _prefix_layout(self, text: str, end: int):
         """The layout of the prefix text[:end]: learned once per skeleton (digits as 0), so a file's prefix is
@@ -1330,12 +1382,16 @@ class _PrefixLayout:
     """One prefix skeleton's parts (_PREFIX_PART), at fixed offsets in every prefix with that skeleton: the
     rightmost time (SGLang's own wins over an outer collector's), the rank tags, the level and the pid;
     `template` names the layout for people ("[<time>][<file>:<n>][<level>]: ")."""
-    __slots__ = ("time", "date", "frac", "ranks", "level", "pid", "template", "_rank")
+    __slots__ = ("time", "date", "frac", "ranks", "level", "pid", "template", "_rank", "tags", "known")
 
     def __init__(self, prefix: str):
         self.time = self.date = self.frac = self.level = self.pid = None
         self.ranks: list = []
         self._rank = None
+        self.known = False
+        # the rank tags as SGLang's own prefix prints them (" DP0 TP1"), when they come after the time and
+        # SGLang prints each of them: a batch line of the layout is then read by a learned shape
+        self.tags: list | None = []
         parts, last = [], 0
         for m in _PREFIX_PART.finditer(prefix):
             parts.append(_PY_FILE.sub("<file>", prefix[last:m.start()]))
@@ -1347,6 +1403,9 @@ class _PrefixLayout:
                 parts.append("<time>")
             elif m.group(5) is not None:
                 self.ranks.append((_PREFIX_RANKS[m.group(4)], m.span(5)))
+                if self.tags is not None:
+                    self.tags = self.tags + [(m.group(4), m.span(5))] if m.group(4) in _SGLANG_TAGS and \
+                        self.time is not None else None
                 parts.append("<rank>")
             elif m.group(6) is not None:
                 self.level = m.span(6)
@@ -1360,6 +1419,11 @@ class _PrefixLayout:
         self.template = re.sub(r"<rank>( <rank>)+", "<rank>", "".join(parts))[:120]
         if not self.ranks:
             self._rank = EMPTY_RANK
+        if self.time is None or self.date is None:
+            self.tags = None
+
+    def ranks_text(self, text: str) -> str:
+        return "".join(f" {tag}{text[a:b]}" for tag, (a, b) in self.tags)
 
     def clock(self, text: str):
         d, f = self.date, self.frac
@@ -1378,6 +1442,7 @@ class _PrefixLayout:
         return (text[lv[0]:lv[1]] if lv else None, int(text[pid[0]:pid[1]]) if pid else None)
 
 
+_SGLANG_TAGS = frozenset(("DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP"))
 _NO_PREFIX = _PrefixLayout("")
 _NO_PREFIX.template = "(none)"
 
