@@ -852,6 +852,8 @@ class Parser:
                 self.unparsed["binary"] += 1
                 return
             m = self._line_re.match(text) if text[0] == "[" else None
+            if m is None and self._known and self._anchored(text, lineno, container_time, out, True):
+                return                      # behind a prefix layout of this file's (no search of the line)
             if m is None and "[" in text:
                 m = self._line_re.search(text)
                 if m is not None and not _wrapping(text, m):
@@ -1043,12 +1045,14 @@ class Parser:
         self.unparsed["no_sglang_prefix"] += 1
         self.skipped[_foreign(text)] += 1
 
-    def _anchored(self, text: str, lineno: int, container_time: str | None, out: list) -> bool:
+    def _anchored(self, text: str, lineno: int, container_time: str | None, out: list,
+                  known_only: bool = False) -> bool:
         """A record found by its message anywhere in the line (_ANCHOR), whatever prefix stands before it; False
         when the line holds none. User text never passes: a message inside an open quote, or in a line that is a
         request log (its head, the leftmost anchor, makes it one) is not a record. Lines that go on a pending
         multi-line record or a request's text (see _bare) start a record only behind a prefix with a time, or,
-        in a file whose records have no prefix at all, with the message at the line's start."""
+        in a file whose records have no prefix at all, with the message at the line's start. `known_only`: look
+        only where a prefix layout of this file's ends (False when none fits)."""
         if "\x00" in text:
             return False
         marked = None
@@ -1060,6 +1064,8 @@ class Parser:
                 if a is not None:
                     anchors = chain((a,), _ANCHOR.finditer(text, a.end()))
                     break
+        if anchors is None and known_only:
+            return False
         for a in anchors or _ANCHOR.finditer(text):
             start = a.start()
             if start == 0 and a.group().endswith("memory"):
