@@ -123,7 +123,9 @@ def cmd_analyze(args) -> int:
     cfg = _config(args)
     report = analyze(args.files, cfg, progress=None if not args.quiet else False, series=args.format == "html")
     if report["lines"]["read"] and not report["lines"]["recognised"]:
-        _err(f"{', '.join(args.files)}: no SGLang log record found (not an SGLang log?)")
+        seen = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in list(report["layouts"]["skipped"].items())[:6])
+        _err(f"{', '.join(args.files)}: no SGLang log record found (not an SGLang log?): no line holds a message "
+             f"SGLang prints; lines seen: {seen or 'none'}")
         return EXIT_RUNTIME
     if args.format == "json":
         text = json.dumps(report, indent=1, default=str) + "\n"
