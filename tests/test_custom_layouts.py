@@ -108,6 +108,23 @@ def test_a_generated_log_reads_the_same_behind_a_custom_layout(tmp_path):
     assert sum(sp.parser.layouts.values()) > 0.99 * len(want)     # (bare traceback lines: no prefix)
 
 
+def test_analyze_and_html_name_the_layouts_and_the_share_read():
+    from exporter.analyze import analyze, render_text
+    from exporter.config import Config
+    from exporter.report_html import render_html
+    rep = analyze([str(LAYOUTS / "mixed_restart.log")], Config(), progress=False)
+    assert rep["layouts"]["layouts"] == {"[<time> <rank>] (SGLang's own)": 2, "<time> <level> [<file>:<n>] ": 3}
+    assert rep["layouts"]["clock"] == "log" and rep["layouts"]["share_read"] == round(5 / 6, 4)
+    text = render_text(rep)
+    assert "83.3% of non-blank lines read as records (only partly understood)" in text
+    assert "<time> <level> [<file>:<n>]" in text
+    page = render_html(rep)
+    assert "Layouts learned" in page and "&lt;time&gt; &lt;level&gt; [&lt;file&gt;:&lt;n&gt;]" in page
+    bare = analyze([str(LAYOUTS / "bare.log")], Config(), progress=False)
+    assert bare["layouts"]["clock"] == "file order" and bare["layouts"]["untimed"] == 5
+    assert "no line has a time: records are taken in file order" in render_text(bare)
+
+
 # -------------------------------------------------------------------------------- properties
 MESSAGES = [
     "Decode batch, #running-req: 7, #token: 100, token usage: 0.10, cuda graph: True, gen throughput (token/s): "
