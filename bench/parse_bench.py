@@ -256,7 +256,7 @@ def _run(a, env, tmp, log, size, nlines) -> int:
     else:
         argv = ["mtail", "--one_shot", "--one_shot_format", "prometheus", "--progs", str(prog),
                 "--logs", str(log), "--address", "127.0.0.1", "--port", "0", "--logtostderr"]
-        r = measure("mtail (sglang.mtail, one-shot)", argv, pin, a.repeat, out_path)
+        r = measure(f"mtail ({prog.name}, one-shot)", argv, pin, a.repeat, out_path)
         if not r.broken:
             got = sum(int(float(m.group(1))) for m in
                       re.finditer(r'^sglang_decode_batch_lines\{[^}]*\} (\S+)', r.out, re.MULTILINE))
