@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import re
 import sys
 import time
 from datetime import datetime, timezone
@@ -359,12 +360,26 @@ def generate(n: int, seed: int = 1, tp: int = 4, start: str = "2025-08-11 17:10:
         yield chunk
 
 
-def write(n: int, out: str, seed: int = 1, tp: int = 4, start: str = "2025-08-11 17:10:00") -> int:
-    """Write the log; returns the number of bytes written."""
+# A custom logging config's layout (docs/log-events.md, "Custom log formats"): SGLang's "[date time RANKS] "
+# prefix replaced by "date time,mmm LEVEL pid [RANKS file:line] ", as SGLANG_LOGGING_CONFIG_PATH setups print it.
+_SGLANG_PREFIX = re.compile(r"^\[([0-9-]{10} [0-9:]{8})((?: [A-Z]+[0-9]+)*)\] ", re.M)
+
+
+def custom_layout(text: str) -> str:
+    """The same lines with a custom logging config's prefix instead of SGLang's own."""
+    return _SGLANG_PREFIX.sub(lambda m: f"{m.group(1)},000 INFO 4242 [{m.group(2).strip() or 'main'} "
+                                        f"scheduler.py:1234] ", text)
+
+
+def write(n: int, out: str, seed: int = 1, tp: int = 4, start: str = "2025-08-11 17:10:00",
+          layout: str = "sglang") -> int:
+    """Write the log (`layout` "custom": with custom_layout's prefix); returns the number of bytes written."""
     size = 0
     fh = sys.stdout if out == "-" else open(out, "w", encoding="utf-8", newline="\n")
     try:
         for chunk in generate(n, seed, tp, start):
+            if chunk and layout == "custom":
+                chunk = custom_layout("\n".join(chunk)).split("\n")
             if chunk:
                 text = "\n".join(chunk) + "\n"
                 fh.write(text)
@@ -382,9 +397,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tp", type=int, default=4, help="tensor-parallel size (ranks that print batch lines)")
     ap.add_argument("--start", default="2025-08-11 17:10:00", help="first timestamp (UTC)")
+    ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang",
+                    help="custom: a custom logging config's prefix instead of SGLang's own")
     a = ap.parse_args(argv)
     t = time.perf_counter()
-    size = write(a.n, a.out, a.seed, a.tp, a.start)
+    size = write(a.n, a.out, a.seed, a.tp, a.start, a.layout)
     if a.out != "-":
         print(f"wrote {a.n} lines, {size / 1e6:.1f} MB to {a.out} in {time.perf_counter() - t:.2f} s",
               file=sys.stderr)

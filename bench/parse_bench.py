@@ -192,6 +192,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-pin", action="store_true", help="do not pin to one core")
     ap.add_argument("--json", help="also write the results as JSON to this path")
     ap.add_argument("--python", default=PY, help="the interpreter that runs the exporter (default: this one)")
+    ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang",
+                    help="custom: the generated log behind a custom logging config's prefix (genlog.py --layout), "
+                         "mtail running sglang_custom.mtail (the same program for that prefix)")
     a = ap.parse_args(argv)
 
     env = dict(os.environ)
@@ -210,11 +213,11 @@ def main(argv=None) -> int:
         else:
             if a.keep:
                 (BENCH / "out").mkdir(exist_ok=True)
-                log = BENCH / "out" / f"sglang_{a.lines}_s{a.seed}.log"
+                log = BENCH / "out" / f"sglang_{a.lines}_s{a.seed}_{a.layout}.log"
             else:
-                log = Path(tmp) / f"sglang_{a.lines}_s{a.seed}.log"
+                log = Path(tmp) / f"sglang_{a.lines}_s{a.seed}_{a.layout}.log"
             t = time.perf_counter()
-            genlog.write(a.lines, str(log), seed=a.seed)
+            genlog.write(a.lines, str(log), seed=a.seed, layout=a.layout)
             print(f"generated {log} ({a.lines} lines) in {time.perf_counter() - t:.2f} s", file=sys.stderr)
         size = log.stat().st_size
         with open(log, "rb") as fh:  # warm the page cache, count lines
@@ -246,14 +249,14 @@ def _run(a, env, tmp, log, size, nlines) -> int:
         results.append(r)
 
     # mtail
-    prog = BENCH / "sglang.mtail"
+    prog = BENCH / ("sglang.mtail" if a.layout == "sglang" else "sglang_custom.mtail")
     if not shutil.which("mtail"):
         r = Result("mtail", "mtail", note="mtail not installed (apt-get install mtail)")
         r.skipped = True
     else:
         argv = ["mtail", "--one_shot", "--one_shot_format", "prometheus", "--progs", str(prog),
                 "--logs", str(log), "--address", "127.0.0.1", "--port", "0", "--logtostderr"]
-        r = measure("mtail (sglang.mtail, one-shot)", argv, pin, a.repeat, out_path)
+        r = measure(f"mtail ({prog.name}, one-shot)", argv, pin, a.repeat, out_path)
         if not r.broken:
             got = sum(int(float(m.group(1))) for m in
                       re.finditer(r'^sglang_decode_batch_lines\{[^}]*\} (\S+)', r.out, re.MULTILINE))

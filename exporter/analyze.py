@@ -13,7 +13,7 @@ from exporter.config import Config
 from exporter.engine import Engine, advice_facts, verdict
 from exporter.failures import STAGE_TEXT, TALLIED
 from exporter.ingest.events import as_event
-from exporter.ingest.pipeline import SourceParser, iter_file_item_lists
+from exporter.ingest.pipeline import SourceParser, iter_file_item_lists, layouts_read
 from exporter.signals import Judgement
 from exporter.state import per_scheduler
 
@@ -235,6 +235,7 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
                  "seconds": (last - first) if first is not None and last is not None else None},
         "lines": {"read": sum(sp.lines for sp in stats), "recognised": sum(sp.parser.recognised for sp in stats),
                   "cut": sum(sp.cut for sp in stats), "unparsed": unparsed},
+        "layouts": {**layouts_read(stats), "clock": "log" if st.clock_known else "file order"},
         "events": dict(sorted(st.events_total.items())),
         "format_family": next((sp.parser.format_family for sp in stats if sp.parser.format_family), None),
         "model": st.model or None,
@@ -325,6 +326,7 @@ def render_text(report: dict) -> str:
     lines = report["lines"]
     unparsed = ", ".join(f"{k} {v}" for k, v in sorted(lines["unparsed"].items())) or "none"
     out.append(f"  lines {lines['read']:,} read, {lines['recognised']:,} records recognised; unparsed: {unparsed}")
+    out += layouts_text(report.get("layouts"))
     counts = []
     for name, c in report["counts"].items():
         text = f"{_COUNT_NAMES[name]} {c['count']}"
@@ -396,6 +398,27 @@ def _server_lines(server: dict | None) -> list[str]:
         shown = ", ".join(f"{g['rank'] or 'rank'} {g['bytes'] / 2**30:.2f} GiB" for g in gpus[:4])
         more = f" (+{len(gpus) - 4} more)" if len(gpus) > 4 else ""
         out.append(f"  free GPU memory after start-up, least first: {shown}{more}")
+    return out
+
+
+def layouts_text(lay: dict | None) -> list[str]:
+    """The report's "layouts" section for people: which prefix layouts the records were found behind, the
+    share of lines read, what was skipped, and whether the log had times (else: file order)."""
+    if not lay:
+        return []
+    share = "-" if lay["share_read"] is None else f"{lay['share_read']:.1%}"
+    out = [f"  layouts: {share} of non-blank lines read as records"
+           + ("" if lay["share_read"] is None or lay["share_read"] >= 0.9 else " (only partly understood)")]
+    for name, n in list(lay["layouts"].items())[:6]:
+        out.append(f"    {n:>10,}  {name.strip() or '(none)'}")
+    if len(lay["layouts"]) > 6:
+        out.append(f"    ... {len(lay['layouts']) - 6} more layouts")
+    if lay["skipped"]:
+        out.append("    skipped: " + ", ".join(f"{k.replace('_', ' ')} {n:,}" for k, n in lay["skipped"].items()))
+    if lay["clock"] == "file order":
+        out.append("    no line has a time: records are taken in file order; rates are unknown")
+    elif lay["untimed"]:
+        out.append(f"    {lay['untimed']:,} records without a time: taken in file order, at the previous line's time")
     return out
 
 

@@ -45,7 +45,7 @@ def _check_input(path: str) -> str | None:
 
 def cmd_parse(args) -> int:
     from exporter.ingest.events import JsonLines
-    from exporter.ingest.pipeline import SourceParser, iter_file_item_lists
+    from exporter.ingest.pipeline import SourceParser, iter_file_item_lists, layouts_read
     for path in args.files:
         problem = _check_input(path)
         if problem:
@@ -80,13 +80,32 @@ def cmd_parse(args) -> int:
                 kinds[kind] = kinds.get(kind, 0) + n
         summary = {"lines": lines, "records": recognised, "kinds": dict(sorted(kinds.items())),
                    "unparsed": dict(sorted(unparsed.items())),
+                   **layouts_read(stats),
                    "format_family": next((sp.parser.format_family for sp in stats if sp.parser.format_family),
                                          None)}
         print(json.dumps(summary, indent=1), file=sys.stderr)
     if lines and not recognised:
-        _err(f"{', '.join(args.files)}: no SGLang log record found in {lines} lines (not an SGLang log?)")
+        _err(f"{', '.join(args.files)}: no SGLang log record found in {lines} lines (not an SGLang log?): "
+             f"{_why_not(stats)}")
         return EXIT_RUNTIME
     return EXIT_OK
+
+
+def _summed(counters) -> dict:
+    total: dict = {}
+    for c in counters:
+        for k, n in c.items():
+            total[k] = total.get(k, 0) + n
+    return total
+
+
+def _why_not(stats) -> str:
+    """What the lines of a log without any SGLang message were, most frequent first."""
+    seen = _summed(sp.parser.skipped for sp in stats)
+    rest = {k: n for k, n in _summed(sp.parser.unparsed for sp in stats).items() if k != "no_sglang_prefix"}
+    parts = [f"{n} {k.replace('_', ' ')}" for k, n in sorted({**seen, **rest}.items(), key=lambda kv: -kv[1])]
+    return "no line holds a message SGLang prints; lines seen: " + (", ".join(parts[:6]) or "none")
+
 
 
 def _config(args, **extra):
@@ -104,7 +123,9 @@ def cmd_analyze(args) -> int:
     cfg = _config(args)
     report = analyze(args.files, cfg, progress=None if not args.quiet else False, series=args.format == "html")
     if report["lines"]["read"] and not report["lines"]["recognised"]:
-        _err(f"{', '.join(args.files)}: no SGLang log record found (not an SGLang log?)")
+        seen = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in list(report["layouts"]["skipped"].items())[:6])
+        _err(f"{', '.join(args.files)}: no SGLang log record found (not an SGLang log?): no line holds a message "
+             f"SGLang prints; lines seen: {seen or 'none'}")
         return EXIT_RUNTIME
     if args.format == "json":
         text = json.dumps(report, indent=1, default=str) + "\n"

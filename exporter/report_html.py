@@ -151,6 +151,25 @@ def _esc(x) -> str:
     return html.escape("" if x is None else str(x))
 
 
+def _layouts(lay: dict | None) -> str:
+    """Which prefix layouts the records were found behind and the share of lines read (docs/log-events.md,
+    "Custom log formats"): a log only partly understood shows at once."""
+    if not lay:
+        return ""
+    share = "–" if lay["share_read"] is None else f"{lay['share_read']:.1%}"
+    warn = "" if lay["share_read"] is None or lay["share_read"] >= 0.9 else " <b>(only partly understood)</b>"
+    rows = "".join(f"<tr><td><code>{_esc(name.strip() or '(none)')}</code></td><td>{n:,}</td></tr>"
+                   for name, n in lay["layouts"].items())
+    skipped = "".join(f"<tr><td>{_esc(k)}</td><td>{n:,}</td></tr>" for k, n in lay["skipped"].items())
+    clock = ("<p>No line has a time: records are taken in file order; rates are unknown.</p>"
+             if lay["clock"] == "file order" else
+             f"<p>{lay['untimed']:,} records without a time, taken in file order.</p>" if lay["untimed"] else "")
+    return (f"<h3 id='layouts'>Layouts learned</h3><p>{share} of non-blank lines read as records{warn}.</p>"
+            f"<table><tr><th>prefix layout</th><th>records</th></tr>{rows}</table>"
+            + (f"<table><tr><th>skipped lines, by look</th><th>lines</th></tr>{skipped}</table>" if skipped else "")
+            + clock)
+
+
 def _page(report: dict, charts: list[str]) -> str:
     verdict = report["verdict"]
     headline = _esc(headline_text(report).split(": ", 2)[2])     # the text report's first line, less "Verdict"
@@ -220,7 +239,7 @@ def _page(report: dict, charts: list[str]) -> str:
 <section id="coverage"><h2>Parser coverage</h2>
 <p>{lines['read']:,} lines read, {lines['recognised']:,} records recognised, {lines['cut']:,} over-long lines cut.</p>
 <table><tr><th>unrecognised, by reason</th><th>lines</th></tr>{unparsed}</table>
-<table><tr><th>records, by kind</th><th>count</th></tr>{events}</table></section>"""
+<table><tr><th>records, by kind</th><th>count</th></tr>{events}</table>{_layouts(report.get("layouts"))}</section>"""
     css = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
 color:#222}h1{font-size:20px}h2{font-size:16px;border-bottom:1px solid #ddd;padding-bottom:4px}.meta{color:#555}
 table{border-collapse:collapse;margin:6px 0 14px}td,th{border:1px solid #ddd;padding:4px 8px;font-size:13px;

@@ -134,9 +134,10 @@ def test_quoted_messages_in_request_logs_move_nothing(sidecar):
     after = _observed(sc)
     assert after == before
     v = sc.view()
-    # 7 request-log forms have SGLang's prefix (one of them behind Ray's), each a request_log event; the JSON
-    # and custom-format ones without it are counted as lines without a prefix
-    assert v.events_total["request_log"] == 7 * len(QUOTED) + len(MESSAGES)
+    # 7 request-log forms have SGLang's prefix (one of them behind Ray's) and one a custom logging config's
+    # (found by its message), each a request_log event; the prefix-less JSON ones, right after a request log,
+    # are taken for its text and counted as lines without a message
+    assert v.events_total["request_log"] == 8 * len(QUOTED) + len(MESSAGES)
 
 
 @pytest.mark.parametrize("msg", MESSAGES[:13])

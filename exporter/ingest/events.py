@@ -56,10 +56,14 @@ class Event:
     rank: dict = field(default_factory=lambda: dict(EMPTY_RANK))
     source: str = ""
     line: int = 0
+    prefix: dict | None = None       # level and pid, when a custom prefix printed them ("Custom log formats")
 
     def to_json(self) -> dict:
-        return {"source": self.source, "line": self.line, "kind": self.kind, "time": self.time,
-                "rank": self.rank, "fields": self.fields}
+        out = {"source": self.source, "line": self.line, "kind": self.kind, "time": self.time,
+               "rank": self.rank, "fields": self.fields}
+        if self.prefix is not None:
+            out["prefix"] = self.prefix
+        return out
 
 
 # A Row is a line that a parser's learned layout read (grammar.py, "Learned shapes", "Skeletons", _EventLayout),
@@ -100,8 +104,9 @@ class JsonLines:
             cached = self._ranks[id(ev.rank)] = (ev.rank, self.encode(ev.rank))
         if ev.time != self._time:
             self._time, self._time_json = ev.time, self.encode(ev.time)
+        tail = "}" if ev.prefix is None else f',"prefix":{self.encode(ev.prefix)}}}'
         return (f'{{"source":{src},"line":{ev.line},"kind":"{ev.kind}","time":{self._time_json},'
-                f'"rank":{cached[1]},"fields":{self.encode(ev.fields)}}}')
+                f'"rank":{cached[1]},"fields":{self.encode(ev.fields)}{tail}')
 
     def row(self, row: tuple) -> str:
         """A Row -> what __call__ gives for its Event, without building the Event."""

@@ -14,7 +14,8 @@ import json
 import operator
 import re
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timezone
+from itertools import chain
 
 from exporter.catalog import DEFAULT_FIELD_RANGE, FIELD_RANGES
 from exporter.ingest.events import EMPTY_RANK, Event, as_event, compact_encoder
@@ -54,6 +55,37 @@ _ELAPSED = re.compile(rf"(?:Time elapsed: |elapsed=|in )({_NUM}) s")
 _NUMBER = re.compile(r"-?[0-9]{1,18}(?:\.[0-9]{1,18})?")
 _INT_TEXT = re.compile(r"-?[0-9]{1,4000}")
 _FLOAT_TEXT = re.compile(r"-?(?:[0-9]{1,300}\.?[0-9]{0,300}|\.[0-9]{1,300})(?:[eE][-+]?[0-9]{1,3})?")
+
+# Message-anchored recognition (docs/log-events.md, "Custom log formats"). A record is known by its message, the
+# text SGLang prints, which is stable across releases; whatever stands before it is the prefix, from which the
+# time, rank tags, level and pid are taken. _ANCHOR finds where each message SGLang prints may start (the
+# request-log and access heads among them: the leftmost anchor wins, so a request log quoting a message is a
+# request log); _message then decides, as for a message behind SGLang's own prefix.
+_ANCHOR = re.compile(
+    r"(?<![\w.])(?:(?:Decode|Prefill) (?:batch\b|out of memory)|KV cache pool is full|Testing retraction"
+    r"|max_total_num_tokens=|server_args=|The server is fired up|Load weight (?:begin|end)|Memory pool end"
+    r"|(?:(?!(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )[A-Z][\w-]* )?(?:KV|Mamba) Cache (?:is allocated|VA upper)"
+    r"|Capture [\w ]{1,40}(?:begin|end)|(?:\w+ )?[Ww]atchdog timeout \(|\w+ hit an exception|Exception in \w+:"
+    r"|Received sigquit|SIGQUIT received|(?:Encoder )?[Hh]ealth check (?:failed|timed out)"
+    r"|Initialization failed|Subprocess \S+ \(pid=|LONG GARBAGE COLLECTION DETECTED"
+    r"|alloc_req_slots runs out of memory|Not enough memory\. Please try"
+    r"|(?:[\w.]+(?:Error|Exception): )?CUDA (?:out of memory|error: out of memory)"
+    r"|Receive(?: OpenAI)?: obj=|Finish: obj=|in=\w+\(|INFO: +\S+ - \"|\{\"timestamp\")")
+# The parts of a prefix: a time (the rightmost one is SGLang's own: an outer collector's stands before it), rank
+# tags in any order and brackets ([gpu=N]: 2024's tag), a level, a pid; other digits are just digits.
+_PREFIX_PART = re.compile(
+    r"(?<![0-9])(?:([0-9]{4}-[0-9]{2}-[0-9]{2})[ T])?([0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,]([0-9]{1,9}))?"
+    r"(?:Z|[+-][0-9]{2}:?[0-9]{2}(?![0-9]))?(?![0-9])"
+    r"|(?<![A-Za-z0-9_])(DP|TP|PP|EP|CP|ATTN_CP|MOE_DP|gpu=)([0-9]{1,6})(?![A-Za-z0-9_])"
+    r"|(?<![A-Za-z])(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?![A-Za-z])"
+    r"|(?:pid=|(?<=[\w)]\[)|(?<=INFO )|(?<=WARNING )|(?<=DEBUG )|(?<=ERROR ))([0-9]{1,9})(?![0-9:.\-])"
+    r"|[0-9]+")
+_PREFIX_RANKS = {"DP": "dp", "TP": "tp", "PP": "pp", "EP": "ep", "CP": "attn_cp", "ATTN_CP": "attn_cp",
+                 "MOE_DP": "moe_dp", "gpu=": "tp"}
+_PY_FILE = re.compile(r"[\w-]+\.py")
+SGLANG_LAYOUT = "[<time> <rank>] (SGLang's own)"    # the layout name of records behind SGLang's own prefix
+MAX_PREFIX_LAYOUTS = 4096   # prefix skeletons per source (when full the table starts afresh)
+MAX_KNOWN_PREFIXES = 8      # prefix layouts tried at a line's start before searching it for a message
 
 # Exact printed keys of batch lines -> stable snake_case field names (docs/log-events.md).
 _BATCH_KEYS = {
@@ -169,6 +201,8 @@ def parse_batch_body(body: str, fields: dict) -> None:
     by snake()); `key: a=1, b=2` (0.4.9's hybrid-SWA form) becomes `a_<key>` and `b_<key>`.
     """
     base = None
+    if " [" in body:
+        body = _INTERVAL.sub(lambda m: _interval(m, fields), body)
     for piece in body.rstrip(", ").split(", "):
         key, sep, val = piece.partition(": ")
         if not sep:
@@ -199,6 +233,21 @@ def parse_batch_body(body: str, fields: dict) -> None:
             if type(value) is str and key in _BATCH_KEYS:
                 continue                            # a known numeric field keeps its type or is left out
             fields[base] = value
+
+
+# A value with its interval, as speculative decoding prints its estimates: `est uncap acc len: 3.10 [2.95, 3.25]`.
+_INTERVAL = re.compile(r"(?:^|, )([^,:\[\]]{1,80}): ([^ ,\[\]]{1,40}) \[([^ ,\[\]]{1,40}), ([^ ,\[\]]{1,40})\]")
+
+
+def _interval(m, fields: dict) -> str:
+    """`key: v [low, high]` -> fields name, name_low, name_high (numbers, as value_of reads them)."""
+    key = m.group(1)
+    name = _BATCH_KEYS.get(key) or snake(key)
+    if name and name not in _BATCH_NAMES or key in _BATCH_KEYS:
+        fields[name] = value_of(m.group(2))
+        fields[name + "_low"] = value_of(m.group(3))
+        fields[name + "_high"] = value_of(m.group(4))
+    return ""
 
 
 # Learned shapes. A source keeps printing its batch lines in one or two exact shapes (one SGLang version, one
@@ -649,6 +698,14 @@ class Parser:
         self._tallies = {kind: _Tally(kind) for kind in ("http_access", "request_log")}
         self._fruitless = 0
         self._in_request = False     # the last record was a request log: bare lines after it are its text
+        self._prefixes: dict[bytes, _PrefixLayout] = {}   # prefix skeleton -> its layout (message-anchored)
+        self.layouts: Counter = Counter()   # records read behind each prefix layout found by message (template)
+        self.skipped: Counter = Counter()   # the lines counted as no_sglang_prefix, by what they look like
+        self._prefixed = False       # a record behind a prefix seen: a message at a line's start is not a record
+                                     # while a request's text runs on (see _anchored)
+        self._carried = None         # midnight of the last dated line: the day of a time-only one
+        self.untimed = 0             # records found by message without any time in their line
+        self._known: list = []       # the prefix regexes of the layouts records were found behind, latest first
 
     # ------------------------------------------------------------------ public API
     @property
@@ -795,12 +852,15 @@ class Parser:
                 self.unparsed["binary"] += 1
                 return
             m = self._line_re.match(text) if text[0] == "[" else None
+            if m is None and self._known and self._anchored(text, lineno, container_time, out, True):
+                return                      # behind a prefix layout of this file's (no search of the line)
             if m is None and "[" in text:
                 m = self._line_re.search(text)
                 if m is not None and not _wrapping(text, m):
                     m = None
             if m is None:
-                self._bare(text, lineno, container_time, out)
+                if not self._anchored(text, lineno, container_time, out):
+                    self._bare(text, lineno, container_time, out)
                 return
         elif "\x00" in text:
             self.unparsed["binary"] += 1
@@ -837,8 +897,10 @@ class Parser:
         msg = text[m.end():]
         ev = self._message(msg, date is None)
         self._in_request = ev is not None and ev.kind == "request_log"
+        self._prefixed = True
         if ev is None:
-            self.unparsed["unknown_message"] += 1
+            if not self._anchored(text, lineno, container_time, out):     # more prefix before the message?
+                self.unparsed["unknown_message"] += 1
             return
         if ev is _MALFORMED:
             self.unparsed["malformed"] += 1
@@ -951,6 +1013,7 @@ class Parser:
             # lines after it until the next SGLang record
             self._in_request = True
             self.unparsed["no_sglang_prefix"] += 1
+            self.skipped["request_text"] += 1
             return
         if text.startswith("Traceback (most recent call last):"):
             # a process's traceback without SGLang's prefix (the launcher's, a child's): a record like the
@@ -980,6 +1043,151 @@ class Parser:
             out.append(ev)
             return
         self.unparsed["no_sglang_prefix"] += 1
+        self.skipped[_foreign(text)] += 1
+
+    def _anchored(self, text: str, lineno: int, container_time: str | None, out: list,
+                  known_only: bool = False) -> bool:
+        """A record found by its message anywhere in the line (_ANCHOR), whatever prefix stands before it; False
+        when the line holds none. User text never passes: a message inside an open quote, or in a line that is a
+        request log (its head, the leftmost anchor, makes it one) is not a record. Lines that go on a pending
+        multi-line record or a request's text (see _bare) start a record only behind a prefix with a time, or,
+        in a file whose records have no prefix at all, with the message at the line's start. `known_only`: look
+        only where a prefix layout of this file's ends (False when none fits)."""
+        if "\x00" in text:
+            return False
+        marked = None
+        anchors = None
+        for rx in self._known:          # the file's layouts: the message where their prefix ends, no search
+            m = rx.match(text)
+            if m is not None:
+                a = _ANCHOR.match(text, m.end())
+                if a is not None:
+                    anchors = chain((a,), _ANCHOR.finditer(text, a.end()))
+                    break
+        if anchors is None and known_only:
+            return False
+        for a in anchors or _ANCHOR.finditer(text):
+            start = a.start()
+            if start == 0 and a.group().endswith("memory"):
+                return False                # a bare CUDA OOM: _bare's one-line record, as always
+            if not _closed_quotes(text, start):
+                return False                # the rest of the line is inside quoted text
+            msg = text[start:]
+            head = msg[:1]
+            if not (head == "R" or head == "F" or head == "i" or head == "{" or head == "I"):
+                if marked is None:
+                    marked = request_marked(text)
+                if marked:
+                    return False            # a request log's text quoting a message
+            layout = self._prefix_layout(text, start) if start else _NO_PREFIX
+            if layout is None:
+                continue
+            # inside a traceback or a request's raw text only a dated prefix starts a record (a bare message
+            # does too in a file without prefixes, as a request's text cannot be told from it there)
+            if (self._pending is not None or self._in_request) and layout.time is None and not (
+                    start == 0 and not self._prefixed):
+                return False
+            if layout.tags is not None and (head == "D" or head == "P") and self._batch_by_shape(
+                    text, msg, layout, lineno, container_time, out):
+                return True
+            ev = self._message(msg, False)
+            if ev is None:
+                continue
+            if self._pending is not None:
+                out += self.flush()
+            self._in_request = ev.kind == "request_log"
+            if ev is _MALFORMED:
+                self.unparsed["malformed"] += 1
+                return True
+            kind = ev.kind
+            if kind not in _MULTILINE and not fields_in_range(ev.fields):
+                self.unparsed["value_out_of_range"] += 1
+                return True
+            ts = iso = None
+            if layout.time is not None:
+                date, tod, frac = layout.clock(text)
+                if date is not None:
+                    ts, iso = (self._date_ts, self._date_iso) if date + tod == self._date_key else \
+                        self._date_time(date, tod)
+                    if frac and ts is not None:
+                        frac = frac[:6]
+                        ts += int(frac) / 10 ** len(frac)
+                        iso = f"{iso}.{frac}"
+                elif container_time is None:
+                    ts, iso = self._time_only(tod, frac[:6] if frac else frac)
+            if ts is None and container_time:
+                ts, iso = _container_ts(container_time), container_time
+            if ts is None:
+                self.untimed += 1
+            if start:
+                self._prefixed = True
+                self._know(layout, text, start)
+            ev.time, ev.ts, ev.rank, ev.source, ev.line = iso, ts, layout.rank_of(text), self.source, lineno
+            level, pid = layout.level_pid(text)
+            if level is not None or pid is not None:
+                ev.prefix = {"level": level, "pid": pid}
+            self.layouts[layout.template] += 1
+            if kind in _MULTILINE:
+                self._pending = _Pending(ev)
+                if kind == "oom":
+                    self._last_kv_oom_line = lineno
+                return True
+            self._recognised += 1
+            self._kinds[kind] += 1
+            out.append(ev)
+            if (kind == "decode_batch" or kind == "prefill_batch") and layout.tags is not None and self.learning:
+                date, _, frac = layout.clock(text)
+                if date is not None:
+                    self._learn(msg, frac[:6] if frac else None, layout.ranks_text(text), True)
+            return True
+        return False
+
+    def _batch_by_shape(self, text: str, msg: str, layout, lineno: int, container_time, out: list) -> bool:
+        """A batch line behind a custom prefix with a date, read by a learned shape (see "Learned shapes"): the
+        line as SGLang's own prefix would print it, so the shapes learned from either layout serve both."""
+        date, tod, frac = layout.clock(text)
+        if date is None or not self._shapes:
+            return False
+        m = self._line_re.match(f"[{date} {tod}{'.' + frac[:6] if frac else ''}{layout.ranks_text(text)}] {msg}")
+        shape = self._by_marker.get(m.lastindex) if m is not None else None
+        if shape is None:
+            return False
+        if self._pending is not None:
+            out += self.flush()
+        self._in_request = False
+        self._prefixed = True
+        self._know(layout, text, len(text) - len(msg))
+        self._learned_event(shape, m, lineno, container_time, out)
+        ev = out[-1]
+        ev.line = lineno
+        level, pid = layout.level_pid(text)
+        if level is not None or pid is not None:
+            ev.prefix = {"level": level, "pid": pid}
+        self.layouts[layout.template] += 1
+        return True
+
+    def _know(self, layout, text: str, end: int) -> None:
+        """Remember a prefix layout a record was found behind: its lines' messages are then looked for where
+        the prefix ends (its skeleton as a regex: each digit any digit, the rest as printed)."""
+        if layout.known:
+            return
+        layout.known = True
+        rx = re.compile(re.sub(r"[0-9]", "[0-9]", re.escape(text[:end])))
+        self._known = [rx] + self._known[:MAX_KNOWN_PREFIXES - 1]
+
+    def _prefix_layout(self, text: str, end: int):
+        """The layout of the prefix text[:end]: learned once per skeleton (digits as 0), so a file's prefix is
+        taken apart once, not per line; None when it is not text a prefix can be (a lone surrogate)."""
+        try:
+            key = text[:end].encode().translate(_SKELETON)
+        except UnicodeEncodeError:
+            return None
+        layout = self._prefixes.get(key)
+        if layout is None:
+            if len(self._prefixes) >= MAX_PREFIX_LAYOUTS:
+                self._prefixes.clear()
+            layout = self._prefixes[key] = _PrefixLayout(text[:end])
+        return layout
 
     def _continue(self, p: _Pending, text: str, lineno: int) -> None:
         ev = p.event
@@ -1009,13 +1217,18 @@ class Parser:
                 p.exc = stripped
 
     def _time_only(self, tod: str, frac):
-        """`HH:MM:SS` without a date (0.3.0-0.3.3): seconds since the first day of the log, day by day."""
+        """`HH:MM:SS` without a date (0.3.0-0.3.3, custom formats): on the day of the last dated line when there
+        was one, else seconds since the first day of the log; day by day (a clock going back by over 12 h)."""
         h, m, s = int(tod[:2]), int(tod[3:5]), int(tod[6:8])
         sod = h * 3600 + m * 60 + s + (int(frac) / 10 ** len(frac) if frac else 0.0)
         if sod + 43200 < self._last_tod:
             self._day_offset += 86400.0
         self._last_tod = sod
-        return self._day_offset + sod, tod + (f".{frac}" if frac else "")
+        shown = tod + (f".{frac}" if frac else "")
+        if self._carried is not None:
+            ts = self._carried + self._day_offset + sod
+            return ts, datetime.fromtimestamp(ts - sod + 1, tz=timezone.utc).strftime("%Y-%m-%dT") + shown
+        return self._day_offset + sod, shown
 
     def _date_time(self, date: str, tod: str):
         if date != self._day:      # timegm is linear in the time of day: the date's midnight, once per day
@@ -1024,6 +1237,8 @@ class Parser:
             except (ValueError, OverflowError):
                 midnight = None
             self._day, self._midnight = date, midnight
+            if midnight is not None:
+                self._carried, self._day_offset = float(midnight), 0.0
         if self._midnight is None:
             return None, None
         ts = float(self._midnight + int(tod[:2]) * 3600 + int(tod[3:5]) * 60 + int(tod[6:8]))
@@ -1161,6 +1376,98 @@ def _wrapping(text: str, m) -> bool:
         return False
     return not request_marked(text) or request_phase(text[m.end():m.end() + 4000]) is not None
 _MULTILINE = frozenset({"scheduler_exception", "oom"})
+
+
+def _closed_quotes(text: str, end: int) -> bool:
+    """No quoted string open at `end`: every ' and " before it is closed (a prefix may quote a name; a message
+    inside a repr'd prompt or a JSON string is not one of SGLang's)."""
+    return text.count("'", 0, end) % 2 == 0 and text.count('"', 0, end) % 2 == 0
+
+
+class _PrefixLayout:
+    """One prefix skeleton's parts (_PREFIX_PART), at fixed offsets in every prefix with that skeleton: the
+    rightmost time (SGLang's own wins over an outer collector's), the rank tags, the level and the pid;
+    `template` names the layout for people ("[<time>][<file>:<n>][<level>]: ")."""
+    __slots__ = ("time", "date", "frac", "ranks", "level", "pid", "template", "_rank", "tags", "known")
+
+    def __init__(self, prefix: str):
+        self.time = self.date = self.frac = self.level = self.pid = None
+        self.ranks: list = []
+        self._rank = None
+        self.known = False
+        # the rank tags as SGLang's own prefix prints them (" DP0 TP1"), when they come after the time and
+        # SGLang prints each of them: a batch line of the layout is then read by a learned shape
+        self.tags: list | None = []
+        parts, last = [], 0
+        for m in _PREFIX_PART.finditer(prefix):
+            parts.append(_PY_FILE.sub("<file>", prefix[last:m.start()]))
+            last = m.end()
+            if m.group(2) is not None:
+                self.time = m.span(2)
+                self.date = m.span(1) if m.group(1) is not None else None
+                self.frac = m.span(3) if m.group(3) is not None else None
+                parts.append("<time>")
+            elif m.group(5) is not None:
+                self.ranks.append((_PREFIX_RANKS[m.group(4)], m.span(5)))
+                if self.tags is not None:
+                    self.tags = self.tags + [(m.group(4), m.span(5))] if m.group(4) in _SGLANG_TAGS and \
+                        self.time is not None else None
+                parts.append("<rank>")
+            elif m.group(6) is not None:
+                self.level = m.span(6)
+                parts.append("<level>")
+            elif m.group(7) is not None:
+                self.pid = m.span(7)
+                parts.append(prefix[m.start():m.start(7)] + "<pid>")
+            else:
+                parts.append("<n>")
+        parts.append(_PY_FILE.sub("<file>", prefix[last:]))
+        self.template = re.sub(r"<rank>( <rank>)+", "<rank>", "".join(parts))[:120]
+        if not self.ranks:
+            self._rank = EMPTY_RANK
+        if self.time is None or self.date is None:
+            self.tags = None
+
+    def ranks_text(self, text: str) -> str:
+        return "".join(f" {tag}{text[a:b]}" for tag, (a, b) in self.tags)
+
+    def clock(self, text: str):
+        d, f = self.date, self.frac
+        return (text[d[0]:d[1]] if d else None, text[self.time[0]:self.time[1]], text[f[0]:f[1]] if f else None)
+
+    def rank_of(self, text: str) -> dict:
+        if self._rank is not None:
+            return self._rank
+        rank = dict(EMPTY_RANK)
+        for key, (a, b) in self.ranks:
+            rank[key] = int(text[a:b])
+        return rank
+
+    def level_pid(self, text: str):
+        lv, pid = self.level, self.pid
+        return (text[lv[0]:lv[1]] if lv else None, int(text[pid[0]:pid[1]]) if pid else None)
+
+
+_SGLANG_TAGS = frozenset(("DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP"))
+_NO_PREFIX = _PrefixLayout("")
+_NO_PREFIX.template = "(none)"
+
+
+def _foreign(text: str) -> str:
+    """What a line without any SGLang message looks like (`parse --stats`, the analyze report)."""
+    stripped = text.lstrip()
+    if stripped.startswith(("File \"", "Traceback", "raise ", "^", "~")) or text[:1] in " \t" or \
+            _EXC_LINE.match(stripped):
+        return "traceback"
+    if "NCCL" in text or "nccl" in text:
+        return "nccl"
+    if "it/s]" in text or "s/it]" in text or "%|" in text:
+        return "progress_bar"
+    if "Warning" in text or "WARNING" in text or "warn(" in text:
+        return "warning"
+    if '" 200' in text or "HTTP/1.1" in text:
+        return "access_log"
+    return "other"
 
 
 def _first_number(text: str):

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from exporter.ingest.containers import ContainerDecoder
 from exporter.ingest.events import Event, as_event
 from exporter.ingest.follower import Block, read_blocks
-from exporter.ingest.grammar import Parser
+from exporter.ingest.grammar import SGLANG_LAYOUT, Parser
 
 
 class SourceParser:
@@ -75,6 +75,27 @@ class Sources:
         for sp in self.by_source.values():
             total.update(sp.parser.unparsed)
         return total
+
+
+def layouts_read(stats: Iterable[SourceParser]) -> dict:
+    """How a log was read (`parse --stats`, analyze's "layouts"): records behind each prefix layout (the ones
+    learned by message, and SGLang's own for the others), the share of its non-blank lines read as records,
+    the lines skipped by what they look like, and the records without any time."""
+    stats = list(stats)
+    custom: Counter = Counter()
+    skipped: Counter = Counter()
+    unparsed: Counter = Counter()
+    for sp in stats:
+        custom.update(sp.parser.layouts)
+        skipped.update(sp.parser.skipped)
+        unparsed.update(sp.parser.unparsed)
+    own = sum(sp.parser.recognised for sp in stats) - sum(custom.values())
+    layouts = {SGLANG_LAYOUT: own} if own > 0 else {}
+    layouts.update(custom.most_common())
+    lines = sum(sp.lines for sp in stats) - unparsed["empty"]
+    not_read = sum(unparsed.values()) - unparsed["empty"]
+    return {"layouts": layouts, "share_read": round((lines - not_read) / lines, 4) if lines > 0 else None,
+            "skipped": dict(skipped.most_common()), "untimed": sum(sp.parser.untimed for sp in stats)}
 
 
 def iter_file_events(path: str, max_line_bytes: int = 1 << 20, stats: SourceParser | None = None
