@@ -101,8 +101,10 @@ def history(path: str, end: int, max_bytes: int = DEFAULT_READBACK_BYTES,
             max_line_bytes: int = 1 << 20) -> list[tuple[str, int, int]]:
     """The byte ranges to replay, oldest first, from SGLang's latest start-up up to `end` of `path`: within
     `path` when the start-up is there, else reaching back into the files rotated away from it (a start-up
-    followed by more than one file's worth of lines), never more than `max_bytes` in all. Empty when no
-    start-up is in reach."""
+    followed by more than one file's worth of lines), never more than `max_bytes` in all. With no start-up in
+    reach (a log that lost its head, a logging set-up that drops the server_args line), the whole of `path`
+    when it fits in `max_bytes`: its per-rank start-up lines (capacity, memory) and recent windows are still
+    worth having, and replayed on the log's clock they cannot raise a page. Empty otherwise."""
     first = find_startup(path, end, max_bytes, max_line_bytes)
     if first is not None:
         return [(path, first, end)]
@@ -120,7 +122,7 @@ def history(path: str, end: int, max_bytes: int = DEFAULT_READBACK_BYTES,
             return [(sib, first, size), *ranges]
         ranges.insert(0, (sib, 0, size))
         budget -= size
-    return []
+    return [(path, 0, end)] if 0 < end <= max_bytes else []
 
 
 def last_timestamp(path: str, end: int) -> float | None:

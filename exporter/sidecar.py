@@ -119,9 +119,10 @@ class Sidecar:
                 # resuming: the lines before our position were counted (their counts are in the file); replay
                 # the start-up before it only for its facts and windows, then count from the position on
                 offset = min(int(pos.get("offset", 0)), size)
-                first = readback.find_startup(path, offset, cfg.readback_bytes, cfg.max_line_bytes)
-                if first is not None:
-                    self._replay(path, first, offset, readback.clock_offset(path, size, self.clock()))
+                ranges = readback.history(path, offset, cfg.readback_bytes, cfg.max_line_bytes)
+                clock = readback.clock_offset(path, size, self.clock()) if ranges else None
+                for file, first, last in ranges:
+                    self._replay(file, first, last, clock)
                 continue
             if pos is not None:
                 continue                  # rotated or truncated while we were down: the follower sorts it out
@@ -132,8 +133,9 @@ class Sidecar:
             else:
                 ranges = readback.history(path, size, cfg.readback_bytes, cfg.max_line_bytes)
                 if not ranges:
-                    log.info("log %s: no SGLang start-up in its last %d bytes; joining at the end "
-                             "(start-up facts unknown until SGLang prints them)", path, cfg.readback_bytes)
+                    log.info("log %s: no SGLang start-up in its last %d bytes and the file is larger; joining "
+                             "at the end (start-up facts unknown until SGLang prints them)", path,
+                             cfg.readback_bytes)
             if ranges:
                 counted.append((path, ranges, readback.clock_offset(path, size, self.clock())))
             start_at[path] = position_at(path, size, dev, ino)

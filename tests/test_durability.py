@@ -380,3 +380,30 @@ def test_a_worker_that_dies_fails_healthz_and_one_that_raises_is_restarted(tmp_p
         assert get(base + "/healthz")[1].strip() == "doomed_stopped"
     finally:
         _stop_in_process(sc, server)
+
+
+@pytest.mark.parametrize("with_server_args", [True, False])
+def test_a_restarted_sidecar_keeps_start_up_facts_and_counts_once(tmp_path, with_server_args):
+    """Resumed from its positions file, the sidecar replays the start-up before its position for the facts
+    (headroom, limits) and counts only what came after; a log whose server_args line is gone (lost head, a
+    logging set-up that drops it) still gives its per-rank capacity lines."""
+    log, pos = tmp_path / "sglang.log", tmp_path / "positions.json"
+    t = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(minutes=30)
+    block = startup_block(t, avail_gb=4.0)
+    if not with_server_args:
+        block = "".join(ln for ln in block.splitlines(True) if "server_args" not in ln)
+    log.write_text(block + retraction(t, 2))
+    cfg = Config(log_files=(str(log),), positions_file=str(pos))
+    first = Sidecar(cfg)
+    first.prepare()
+    assert first.view().headroom_bytes == pytest.approx(4.0 * GIB)
+    assert first.view().retractions_total == 1
+    first.shutdown()
+    with open(log, "a") as fh:
+        fh.write(retraction(t + timedelta(minutes=1), 3))       # written while no sidecar ran
+    second = Sidecar(cfg)
+    second.prepare()
+    view = second.view()
+    assert view.headroom_bytes == pytest.approx(4.0 * GIB)
+    assert (view.retractions_total, view.retracted_requests_total, view.restarts) == (2, 5, 0)
+    second.shutdown()
