@@ -108,7 +108,7 @@ class Sidecar:
         saved = checkpoint.load(cfg.positions_file) if cfg.positions_file else None
         self._history_t = None
         start_at: dict = {}
-        counted: list = []           # (ranges, clock offset) replayed after the saved counters are restored
+        counted: list = []           # (path, ranges, clock offset): replayed after the saved counters are restored
         for path in _existing(cfg.log_files):
             end = readback.complete_end(path)
             if end is None:

@@ -247,12 +247,7 @@ class Follower:
     def _restore(self, t: _Tail, e: dict, now: float) -> bool:
         """Open ``t`` at a saved position; True when the path's file is open. The rules: docs/tailing.md."""
         for d in e.get("draining", ()):
-            f = self._reopen_saved(t, d)
-            if f is None:
-                self._lost(t, d)
-            else:
-                f.since = now
-                t.old.append(f)
+            self._drain_saved(t, d, now)
         if e["ino"] == 0:                            # nothing was there: what is there now is new
             return self._open(t, at_end=False)
         try:
@@ -281,16 +276,20 @@ class Follower:
             t.stats.truncations += 1
             return True
         # the path names another file (or none): ours was rotated away while we were down
+        self._drain_saved(t, e, now)
+        if st is None:
+            return False
+        t.stats.rotations += 1
+        return self._open(t, at_end=False)
+
+    def _drain_saved(self, t: _Tail, e: dict, now: float) -> None:
+        """A saved file the path no longer names: drained from its offset when found, else counted lost."""
         f = self._reopen_saved(t, e)
         if f is None:
             self._lost(t, e)
         else:
             f.since = now
             t.old.append(f)
-        if st is None:
-            return False
-        t.stats.rotations += 1
-        return self._open(t, at_end=False)
 
     def _reopen_saved(self, t: _Tail, e: dict) -> _File | None:
         """The saved file, found by device + inode in the path's directory or the one it points into now.
