@@ -139,19 +139,27 @@ SERVING_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused
                    "cuda_graph_off_small_batch", "stalled", "latency_high")
 
 
+# Of those, the ones judged over a window of samples: a report says healthy only once one of them was judged.
+WINDOW_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "latency_high")
+
+
 def verdict(fired, known, missing: str = "") -> tuple[str, str]:
     """(verdict, why) from the signals that fired and those that could be judged.
 
-    failed: a failure signal fired; problems: another signal fired; healthy: serving signals were judged and
-    none fired; insufficient data: nothing fired and no serving signal could be judged (`missing` says why)."""
+    failed: a failure signal fired; problems: another signal fired; healthy: a window of batch samples was
+    judged and nothing fired; insufficient data: nothing fired and too little was judged (the reason says what)."""
     fired, known = set(fired), set(known)
     failures = [sid for sid in FAILURE_IDS if sid in fired]
     if failures:
         return "failed", ", ".join(failures)
     if fired:
         return "problems", ", ".join(sorted(fired))
-    if any(sid in known for sid in SERVING_SIGNALS):
+    if any(sid in known for sid in WINDOW_SIGNALS):
         return "healthy", f"{len(known)} signals judged, none fired"
+    if any(sid in known for sid in SERVING_SIGNALS):
+        # a batch line or two judge CUDA graph and stalls, not the queue or the KV cache: not enough to say healthy
+        return "insufficient data", (f"too few batch samples to judge the queue and the KV cache; {len(known)} "
+                                     "signals judged, none fired")
     return "insufficient data", missing or "no serving signal could be judged"
 
 

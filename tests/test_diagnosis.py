@@ -325,3 +325,12 @@ def test_failure_signals_without_inputs_are_unknown_with_a_reason():
         j = eng.evaluate(1_700_000_000.0).judgements
         for sid in ("server_crashed", "startup_oom", "startup_stalled"):
             assert j[sid].firing is None and j[sid].detail, (sid, j[sid])
+
+
+def test_a_batch_line_or_two_is_not_enough_to_say_healthy():
+    """CUDA graph and stalls are judged from one batch line; the queue and the KV cache need a window of
+    samples. Until one of those was judged, nothing fired is 'insufficient data', not 'healthy'."""
+    from exporter.engine import verdict
+    assert verdict(set(), {"cuda_graph_off_small_batch", "stalled", "oom_decode"})[0] == "insufficient data"
+    assert verdict(set(), {"cuda_graph_off_small_batch", "queue_above_range"})[0] == "healthy"
+    assert verdict({"stalled"}, {"stalled"})[0] == "problems"
