@@ -148,6 +148,7 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_check_config(args) -> int:
+    """Every mistake of the file is reported, in file order (one per line)."""
     from exporter.server import load_web_config
     cfg = build({}, environ={}, config_file=args.file)
     load_web_config(cfg.web_config)
@@ -201,47 +202,30 @@ def cmd_serve(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    """Alerts + runbooks, dashboards, docs/compatibility.md (from the release data) and (in a checkout) the
-    Kubernetes copies of alerts and dashboards, from the catalog."""
-    from exporter.generate import alerts, dashboards, sources
-    from exporter.releases import compatibility
-    steps = [("alerts and runbooks", alerts.generate, alerts.check),
-             ("dashboards", dashboards.generate, dashboards.check),
-             ("signal sources", sources.generate, sources.check),
-             ("SGLang release compatibility", compatibility.generate, compatibility.check)]
-    deploy = _deploy_generator()
-    if deploy is not None:
-        def write_manifests() -> list:
-            deploy.main([])      # prints what it writes itself
-            return []
-        steps.append(("kubernetes manifests", write_manifests, deploy.stale))
+    """Every generated file (alerts, promtool tests, runbooks, dashboards, manifests, docs) from the catalog and
+    the configuration, written under --out (default: this checkout); --check writes nothing and names the stale."""
+    from pathlib import Path
+
+    from exporter import generate
+    cfg = build({}, environ={}, config_file=args.config) if args.config else build({}, environ={})
+    if args.out:
+        root = Path(args.out)
+    else:
+        here = Path(__file__).resolve().parent.parent
+        root = here if (here / "pyproject.toml").is_file() else Path.cwd()
+    files = generate.render(cfg)
     if args.check:
-        stale = [f"{what}: {path}" for what, _, check in steps for path in check()]
-        for line in stale:
-            print(f"stale: {line}", file=sys.stderr)
+        stale = generate.stale(files, root)
+        for rel in stale:
+            print(f"stale: {rel}", file=sys.stderr)
         if stale:
             _err("generated files are stale; run `sglang-exporter generate` and commit the result")
             return EXIT_RUNTIME
-        print("generated files are fresh")
+        print(f"{len(files)} generated files are fresh")
         return EXIT_OK
-    for what, generate, _ in steps:   # in order: the manifests copy the rules and dashboards written first
-        for path in generate() or []:
-            print(f"wrote {path}")
-        print(f"generated {what}")
+    for rel in generate.write(files, root):
+        print(f"wrote {rel}" if rel in files else f"removed {rel}")
     return EXIT_OK
-
-
-def _deploy_generator():
-    """deploy/kubernetes/generate.py of this checkout (not part of an installed package), or None."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes" / "generate.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("sglang_exporter_deploy_generate", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def cmd_demo(args) -> int:
@@ -299,8 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", metavar="FILE")
     s.set_defaults(func=cmd_check_config)
 
-    s = sub.add_parser("generate", help="regenerate alerts, runbooks and dashboards from the signal catalog")
-    s.add_argument("--check", action="store_true", help="only check the committed files are fresh")
+    s = sub.add_parser("generate", help="regenerate alerts, runbooks, dashboards, manifests and docs from the "
+                       "signal catalog")
+    s.add_argument("--check", action="store_true", help="write nothing; exit 1 and name the stale files")
+    s.add_argument("--config", metavar="FILE", help="YAML config file (its `signals:` thresholds and `alerts:` "
+                   "settings; default: the built-in defaults the committed files use)")
+    s.add_argument("--out", metavar="DIR", help="root to write under (default: this checkout)")
     s.set_defaults(func=cmd_generate)
 
     try:

@@ -1,23 +1,58 @@
 """Configuration: defaults < YAML file < environment variables < command-line flags.
 
-Every bad value raises ConfigError naming the file, line and key (or the flag / variable) and why.
+One validator for the sidecar and for `sglang-exporter generate`: every bad value becomes a ConfigError
+naming the file, line and key (or the flag / variable) and why; a file's mistakes are all reported at once,
+in file order.
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlparse
 
 import yaml
 
-from exporter.catalog import DEFAULT_PROFILE, PROFILES, SIGNALS, SIGNALS_BY_ID
+from exporter.catalog import DEFAULT_PROFILE, META_ALERTS, PROFILES, RUNBOOK_BASE, SIGNALS, SIGNALS_BY_ID
 
 DEFAULT_PORT = 10060
 ENV_PREFIX = "SGLANG_EXPORTER_"
 
 
 class ConfigError(ValueError):
-    """A configuration mistake; the message says where and why."""
+    """A configuration mistake; the message says where and why (one line per mistake)."""
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """The `alerts:` section: what `sglang-exporter generate` needs besides the signals' thresholds."""
+    # PromQL matchers (without braces) of the sidecar's scrape job, and of SGLang's own /metrics job.
+    exporter_selector: str = 'job="sglang-exporter"'
+    sglang_selector: str = 'job="sglang"'
+    # Target labels that identify one server (kube-style relabelling adds namespace and pod).
+    join_labels: tuple = ("namespace", "pod", "instance", "job")
+    native_keep_labels: tuple = ("model_name",)     # SGLang's labels the native alerts keep
+    group_by: tuple = ("namespace", "instance", "alertname")   # Alertmanager route grouping
+    inhibit_equal: tuple = ("namespace", "instance")           # labels equal for an inhibition
+    runbook_base_url: str = RUNBOOK_BASE             # runbook_url = <this>/<AlertName>.md
+    # Profile whose thresholds the native rules compare; None: catalog defaults and every native alert
+    # (one rule file usually serves a fleet of profiles, so this is not the sidecar's `profile`).
+    profile: str | None = None
+    alert_for: dict = field(default_factory=dict)    # alert name -> `for:` (overrides the catalog's)
+    max_unknown_ratio: float = 0.2                   # parser drift: (unknown + malformed) / SGLang lines
+    drift_window: str = "30m"
+    log_stale_window: str = "15m"
+    rate_window: str = "5m"                          # recording rules and latency quantiles
+    # End-to-end tests: every non-zero `for:` becomes short_for and every range short_range.
+    short_windows: bool = False
+    short_for: str = "10s"
+    short_range: str = "1m"
+    page_url: str = "http://127.0.0.1:9/page"        # the Alertmanager example's webhooks
+    ticket_url: str = "http://127.0.0.1:9/ticket"
+    deadmansswitch_url: str = "http://127.0.0.1:9/deadmansswitch"
+    # Labels of the promtool test series, when a selector is not a plain equality (e.g. job=~"...").
+    exporter_test_labels: dict | None = None
+    sglang_test_labels: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -40,19 +75,11 @@ class Config:
     evaluate_interval: float = 5.0
     web_config: str | None = None
     signals: dict = field(default_factory=dict)   # signal id -> {param: value, "enabled": bool}
+    alerts: AlertSettings = field(default_factory=AlertSettings)
 
     def signal_params(self) -> dict[str, dict | None]:
         """Thresholds in force per signal for this profile and these overrides (None = inactive)."""
-        out = {}
-        for sig in SIGNALS:
-            base = sig.params(self.profile)
-            over = dict(self.signals.get(sig.id) or {})
-            enabled = over.pop("enabled", None)
-            if enabled is False or (base is None and not enabled):
-                out[sig.id] = None
-                continue
-            out[sig.id] = {**(base or sig.defaults), **over}
-        return out
+        return {sig.id: thresholds(sig.id, self.profile, self.signals) for sig in SIGNALS}
 
     @property
     def stale_after(self) -> float:
@@ -62,6 +89,25 @@ class Config:
     @property
     def listen_host_port(self) -> tuple[str, int]:
         return split_host_port(self.listen, "listen")
+
+
+def thresholds(signal_id: str, profile: str | None, overrides: dict) -> dict | None:
+    """One signal's thresholds: the profile's (None: the catalog defaults, signal always active) under the
+    `signals:` overrides; None when the profile or `enabled: false` turns it off."""
+    sig = SIGNALS_BY_ID[signal_id]
+    over = dict(overrides.get(signal_id) or {})
+    enabled = over.pop("enabled", None)
+    base = sig.defaults if profile is None else sig.params(profile)
+    if enabled is False or (base is None and not enabled):
+        return None
+    return {**(base or sig.defaults), **over}
+
+
+def default_alert_for() -> dict:
+    """Every alert's `for:` from the catalog (signal and meta alerts; native alerts use their signal's)."""
+    out = {s.alert.name: s.alert.for_ for s in SIGNALS if s.alert}
+    out.update({m.alert.name: m.alert.for_ for m in META_ALERTS})
+    return out
 
 
 # key -> (type, env var) for the scalar settings; flags carry the same names with dashes
@@ -75,7 +121,19 @@ _SCALARS = {
     "max_line_bytes": (int, "MAX_LINE_BYTES"), "poll_interval": (float, "POLL_INTERVAL"),
     "evaluate_interval": (float, "EVALUATE_INTERVAL"), "web_config": (str, "WEB_CONFIG"),
 }
-assert set(_SCALARS) | {"signals"} == {f.name for f in fields(Config)}
+assert set(_SCALARS) | {"signals", "alerts"} == {f.name for f in fields(Config)}
+
+# `alerts:` keys -> kind; `for` is spelt as in a rule file (the field is alert_for)
+_ALERT_KEYS = {
+    "exporter_selector": "selector", "sglang_selector": "selector", "join_labels": "labels",
+    "native_keep_labels": "labels", "group_by": "labels", "inhibit_equal": "labels", "runbook_base_url": "url",
+    "profile": "profile", "for": "for", "max_unknown_ratio": "ratio", "drift_window": "duration",
+    "log_stale_window": "duration", "rate_window": "duration", "short_windows": "bool", "short_for": "duration",
+    "short_range": "duration", "page_url": "url", "ticket_url": "url", "deadmansswitch_url": "url",
+    "exporter_test_labels": "label_values", "sglang_test_labels": "label_values",
+}
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_DURATION = re.compile(r"(?:\d+(?:ms|s|m|h|d|w|y))+|0")
 
 
 def split_host_port(text: str, where: str) -> tuple[str, int]:
@@ -94,11 +152,7 @@ def _coerce(key: str, value, where: str):
             return tuple(value)
         raise ConfigError(f"{where}: expected a list of paths or globs, got {value!r}")
     if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return value.lower() in ("1", "true", "yes", "on")
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return _bool(value, where)
     if kind in (int, float):
         if isinstance(value, bool):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
@@ -114,6 +168,14 @@ def _coerce(key: str, value, where: str):
     if not isinstance(value, str):
         raise ConfigError(f"{where}: expected a string, got {value!r}")
     return value
+
+
+def _bool(value, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.lower() in ("1", "true", "yes", "on")
+    raise ConfigError(f"{where}: expected true or false, got {value!r}")
 
 
 def _key_lines(text: str) -> dict[tuple, int]:
@@ -133,13 +195,39 @@ def _key_lines(text: str) -> dict[tuple, int]:
     return lines
 
 
+class _Problems:
+    """Mistakes found in one file, kept with their line so they are reported in file order."""
+
+    def __init__(self, path: str, lines: dict[tuple, int]):
+        self.path, self.lines, self.found = path, lines, []
+
+    def where(self, *keys) -> str:
+        line = self.lines.get(tuple(str(k) for k in keys))
+        name = ".".join(str(k) for k in keys)
+        return f"{self.path}:{line}: {name}" if line else f"{self.path}: {name}"
+
+    def line_of(self, where: str) -> int:
+        head = where.split(": ", 1)[0]
+        tail = head.rsplit(":", 1)[-1]
+        return int(tail) if tail.isdigit() else 1 << 30
+
+    def add(self, error: ConfigError) -> None:
+        self.found.append(str(error))
+
+    def raise_if_any(self) -> None:
+        if self.found:
+            ordered = sorted(self.found, key=self.line_of)     # stable: same line keeps its order
+            raise ConfigError("\n".join(ordered))
+
+
 def load_file(path: str) -> dict:
     """Read and validate a YAML config file into Config keyword arguments."""
     return _load_file(path)[0]
 
 
-def _load_file(path: str) -> tuple[dict, dict]:
-    """load_file, plus where each setting came from ("FILE:LINE: key") for later cross-field checks."""
+def _load_file(path: str, problems: _Problems | None = None) -> tuple[dict, dict]:
+    """load_file, plus where each setting came from ("FILE:LINE: key") for later cross-field checks.
+    With `problems`, mistakes are collected there instead of raised."""
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -155,46 +243,121 @@ def _load_file(path: str) -> tuple[dict, dict]:
         return {}, {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of settings")
-    lines = _key_lines(text)
-
-    def where(*keys) -> str:
-        line = lines.get(tuple(keys))
-        return f"{path}:{line}: {'.'.join(keys)}" if line else f"{path}: {'.'.join(keys)}"
-
+    own = problems is None
+    problems = problems or _Problems(path, _key_lines(text))
+    problems.path, problems.lines = path, _key_lines(text)
     out: dict = {}
     for key, value in data.items():
-        if key == "signals":
-            out["signals"] = _signals(value, where)
-        elif key in _SCALARS:
-            out[key] = _coerce(key, value, where(key))
-        else:
-            known = ", ".join(sorted([*_SCALARS, "signals"]))
-            raise ConfigError(f"{where(str(key))}: unknown setting (known: {known})")
-    return out, {key: where(key) for key in out}
+        try:
+            if key == "signals":
+                out["signals"] = _signals(value, problems)
+            elif key == "alerts":
+                out["alerts"] = _alerts(value, problems)
+            elif key in _SCALARS:
+                out[key] = _coerce(key, value, problems.where(key))
+            else:
+                known = ", ".join(sorted([*_SCALARS, "signals", "alerts"]))
+                raise ConfigError(f"{problems.where(key)}: unknown setting (known: {known})")
+        except ConfigError as exc:
+            problems.add(exc)
+    if own:
+        problems.raise_if_any()
+    return out, {key: problems.where(key) for key in out}
 
 
-def _signals(value, where) -> dict:
+def _signals(value, problems: _Problems) -> dict:
     if not isinstance(value, dict):
-        raise ConfigError(f"{where('signals')}: expected a mapping of signal id to thresholds")
+        raise ConfigError(f"{problems.where('signals')}: expected a mapping of signal id to thresholds")
     out = {}
     for sid, over in value.items():
         sig = SIGNALS_BY_ID.get(sid)
         if sig is None:
-            raise ConfigError(f"{where('signals', str(sid))}: unknown signal (known: {', '.join(SIGNALS_BY_ID)})")
+            problems.add(ConfigError(f"{problems.where('signals', sid)}: unknown signal "
+                                     f"(known: {', '.join(SIGNALS_BY_ID)})"))
+            continue
         if not isinstance(over, dict):
-            raise ConfigError(f"{where('signals', sid)}: expected a mapping of parameter to value")
+            problems.add(ConfigError(f"{problems.where('signals', sid)}: expected a mapping of parameter to value"))
+            continue
         clean = {}
         for param, v in over.items():
+            where = problems.where("signals", sid, param)
             if param == "enabled":
                 if not isinstance(v, bool):
-                    raise ConfigError(f"{where('signals', sid, 'enabled')}: expected true or false")
+                    problems.add(ConfigError(f"{where}: expected true or false"))
+                    continue
             elif param not in sig.defaults and not any(param in (o or {}) for o in sig.profiles.values()):
-                raise ConfigError(f"{where('signals', sid, str(param))}: unknown parameter "
-                                  f"(known: {', '.join(sig.defaults)}, enabled)")
+                problems.add(ConfigError(f"{where}: unknown parameter (known: {', '.join(sig.defaults)}, enabled)"))
+                continue
             elif not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"{where('signals', sid, param)}: expected a non-negative number, got {v!r}")
+                problems.add(ConfigError(f"{where}: expected a non-negative number, got {v!r}"))
+                continue
             clean[param] = v
         out[sid] = clean
+    return out
+
+
+def _alerts(value, problems: _Problems) -> AlertSettings:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{problems.where('alerts')}: expected a mapping of alert generation settings")
+    out = {}
+    for key, v in value.items():
+        where = problems.where("alerts", key)
+        kind = _ALERT_KEYS.get(key)
+        try:
+            if kind is None:
+                raise ConfigError(f"{where}: unknown setting (known: {', '.join(sorted(_ALERT_KEYS))})")
+            out["alert_for" if key == "for" else key] = _alert_value(kind, v, where, problems, key)
+        except ConfigError as exc:
+            problems.add(exc)
+    return replace(AlertSettings(), **out)
+
+
+def _alert_value(kind: str, v, where: str, problems: _Problems, key: str):
+    if kind == "bool":
+        return _bool(v, where)
+    if kind == "ratio":
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+            raise ConfigError(f"{where}: expected a number between 0 and 1, got {v!r}")
+        return float(v)
+    if kind == "duration":
+        if not isinstance(v, str) or not _DURATION.fullmatch(v):
+            raise ConfigError(f"{where}: expected a Prometheus duration such as 5m, got {v!r}")
+        return v
+    if kind == "labels":
+        if not isinstance(v, list) or not all(isinstance(x, str) and _LABEL.fullmatch(x) for x in v):
+            raise ConfigError(f"{where}: expected a list of label names, got {v!r}")
+        return tuple(v)
+    if kind == "label_values":
+        if v is not None and (not isinstance(v, dict) or not all(
+                isinstance(k, str) and _LABEL.fullmatch(k) and isinstance(x, str) for k, x in v.items())):
+            raise ConfigError(f"{where}: expected a mapping of label name to value, got {v!r}")
+        return v
+    if kind == "profile":
+        if v is not None and v not in PROFILES:
+            raise ConfigError(f"{where}: unknown profile {v!r} (known: {', '.join(PROFILES)}, or null)")
+        return v
+    if kind == "for":
+        return _alert_for(v, where, problems)
+    if not isinstance(v, str) or not v.strip():
+        raise ConfigError(f"{where}: expected a string, got {v!r}")
+    if kind == "url" and urlparse(v).scheme not in ("http", "https", "file") and not v.startswith("/"):
+        raise ConfigError(f"{where}: expected an http(s) URL or an absolute path, got {v!r}")
+    return v
+
+
+def _alert_for(v, where: str, problems: _Problems) -> dict:
+    if not isinstance(v, dict):
+        raise ConfigError(f"{where}: expected a mapping of alert name to duration")
+    known = default_alert_for()
+    out = {}
+    for name, d in v.items():
+        at = problems.where("alerts", "for", name)
+        if name not in known:
+            problems.add(ConfigError(f"{at}: unknown alert (known: {', '.join(known)})"))
+        elif not isinstance(d, str) or not _DURATION.fullmatch(d):
+            problems.add(ConfigError(f"{at}: expected a Prometheus duration such as 5m, got {d!r}"))
+        else:
+            out[name] = d
     return out
 
 
@@ -208,9 +371,11 @@ def from_env(environ=os.environ) -> dict:
 
 
 def build(flags: dict, environ=os.environ, config_file: str | None = None) -> Config:
-    """Merge defaults < file < env < flags (flags: only the options the user gave, None meaning unset)."""
+    """Merge defaults < file < env < flags (flags: only the options the user gave, None meaning unset).
+    A file's mistakes, its cross-field ones included, are raised together in file order."""
     path = config_file or environ.get(ENV_PREFIX + "CONFIG") or None
-    merged, origin = _load_file(path) if path else ({}, {})
+    problems = _Problems(path or "", {})
+    merged, origin = _load_file(path, problems) if path else ({}, {})
     env = from_env(environ)
     merged.update(env)
     origin.update({key: ENV_PREFIX + _SCALARS[key][1] for key in env})
@@ -220,32 +385,47 @@ def build(flags: dict, environ=os.environ, config_file: str | None = None) -> Co
         flag = "--" + key.replace("_", "-").rstrip("s") if key == "log_files" else "--" + key.replace("_", "-")
         merged[key] = _coerce(key, value, flag)
         origin[key] = flag
-    return validate(replace(Config(), **merged), origin)
+    cfg = replace(Config(), **merged)
+    for error in _cross_field(cfg, origin):
+        problems.add(error)
+    problems.raise_if_any()
+    return cfg
 
 
 def validate(cfg: Config, origin: dict | None = None) -> Config:
     """Cross-field and value checks. `origin` maps a key to where its value came from ("FILE:LINE: key",
     an environment variable or a flag), so the message names that place; defaults are named by key."""
-    origin = origin or {}
+    errors = _cross_field(cfg, origin or {})
+    if errors:
+        raise ConfigError("\n".join(str(e) for e in errors))
+    return cfg
 
+
+def _cross_field(cfg: Config, origin: dict) -> list[ConfigError]:
     def at(key: str) -> str:
         return origin.get(key, key)
+    errors = []
     if cfg.profile not in PROFILES:
-        raise ConfigError(f"{at('profile')}: unknown profile {cfg.profile!r} (known: {', '.join(PROFILES)})")
+        errors.append(ConfigError(f"{at('profile')}: unknown profile {cfg.profile!r} (known: {', '.join(PROFILES)})"))
     if cfg.scrape_timeout >= cfg.scrape_interval:
-        raise ConfigError(f"{at('scrape_timeout')}: scrape_timeout ({cfg.scrape_timeout}s) must be below "
-                          f"scrape_interval ({cfg.scrape_interval}s, from {at('scrape_interval')})")
+        errors.append(ConfigError(f"{at('scrape_timeout')}: scrape_timeout ({cfg.scrape_timeout}s) must be below "
+                                  f"scrape_interval ({cfg.scrape_interval}s, from {at('scrape_interval')})"))
     if cfg.scrape_stale_after is not None and cfg.scrape_stale_after < cfg.scrape_interval:
-        raise ConfigError(f"{at('scrape_stale_after')}: scrape_stale_after ({cfg.scrape_stale_after}s) must be at "
-                          f"least scrape_interval ({cfg.scrape_interval}s, from {at('scrape_interval')}), or "
-                          "values would vanish between two good scrapes")
-    split_host_port(cfg.listen, at("listen"))
+        errors.append(ConfigError(
+            f"{at('scrape_stale_after')}: scrape_stale_after ({cfg.scrape_stale_after}s) must be at least "
+            f"scrape_interval ({cfg.scrape_interval}s, from {at('scrape_interval')}), or values would vanish "
+            "between two good scrapes"))
+    try:
+        split_host_port(cfg.listen, at("listen"))
+    except ConfigError as exc:
+        errors.append(exc)
     if cfg.from_start and cfg.from_end:
-        raise ConfigError(f"{at('from_end')}: from_end and from_start (from {at('from_start')}) exclude each other")
+        errors.append(ConfigError(f"{at('from_end')}: from_end and from_start (from {at('from_start')}) "
+                                  "exclude each other"))
     if cfg.sglang_url:
         u = urlparse(cfg.sglang_url)
         if u.scheme not in ("http", "https") or not u.netloc:
-            raise ConfigError(f"{at('sglang_url')}: expected http(s)://HOST:PORT, got {cfg.sglang_url!r}")
+            errors.append(ConfigError(f"{at('sglang_url')}: expected http(s)://HOST:PORT, got {cfg.sglang_url!r}"))
     if cfg.web_config and not os.path.isfile(cfg.web_config):
-        raise ConfigError(f"{at('web_config')}: no such file {cfg.web_config!r}")
-    return cfg
+        errors.append(ConfigError(f"{at('web_config')}: no such file {cfg.web_config!r}"))
+    return errors

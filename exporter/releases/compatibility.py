@@ -7,11 +7,9 @@ name the data records it was renamed to).
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from exporter import releases as rel
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent.parent / "docs" / "compatibility.md"
+PATH = "docs/compatibility.md"   # written by `sglang-exporter generate` (exporter/generate/__init__.py)
 
 # Our line kinds (docs/log-events.md) -> the release data's kinds holding their message text.
 LINE_KINDS = {"prefill_batch": "prefill_batch", "decode_batch": "decode_batch", "retraction": "retract",
@@ -105,17 +103,3 @@ def render() -> str:
               f"Metric families defined by some release that the scraper does not read: {unread_fams} "
               f"(see `exporter/releases/metrics.json`).", ""]
     return "\n".join(lines)
-
-
-def generate(out: Path | None = None) -> list[Path]:
-    path = out or DEFAULT_OUT
-    text = render()
-    if path.exists() and path.read_text() == text:
-        return []
-    path.write_text(text)
-    return [path]
-
-
-def check(out: Path | None = None) -> list[str]:
-    path = out or DEFAULT_OUT
-    return [] if path.exists() and path.read_text() == render() else [str(path)]

@@ -1,0 +1,41 @@
+"""The generators' read-only view of a validated `Config`: thresholds, `for:` and windows in force."""
+from __future__ import annotations
+
+from exporter.config import AlertSettings, Config, default_alert_for, thresholds
+from exporter.generate.promql import parse_duration
+
+
+class RuleSettings:
+    """What the rule, test, runbook and doc generators read; every value comes from one `Config`
+    (its `alerts:` section and its `signals:` overrides); nothing here is validated again."""
+
+    def __init__(self, config: Config | None = None):
+        self.config = config or Config()
+        self.alerts: AlertSettings = self.config.alerts
+        self.alert_for = {**default_alert_for(), **self.alerts.alert_for}
+
+    def __getattr__(self, name):        # selectors, label lists, windows, URLs: as in the alerts: section
+        return getattr(self.alerts, name)
+
+    def thresholds(self, signal_id: str) -> dict:
+        """The catalog defaults under the `signals:` overrides, whatever the profile (test values)."""
+        return thresholds(signal_id, None, {signal_id: self._overrides(signal_id)})
+
+    def thresholds_in_force(self, signal_id: str) -> dict | None:
+        """Thresholds the native rules compare (None: the signal is off in `alerts.profile`)."""
+        return thresholds(signal_id, self.alerts.profile, self.config.signals)
+
+    def _overrides(self, signal_id: str) -> dict:
+        return {k: v for k, v in (self.config.signals.get(signal_id) or {}).items() if k != "enabled"}
+
+    def for_duration(self, alertname: str) -> str:
+        d = self.alert_for[alertname]
+        if self.alerts.short_windows and parse_duration(d) > 0:
+            return self.alerts.short_for
+        return d
+
+    def window(self, d: str) -> str:
+        return self.alerts.short_range if self.alerts.short_windows else d
+
+    def runbook_url(self, alertname: str) -> str:
+        return f"{self.alerts.runbook_base_url.rstrip('/')}/{alertname}.md"
