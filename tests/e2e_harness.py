@@ -43,12 +43,16 @@ import yaml
 from helpers import free_port, require_tool, wait_until
 
 from exporter import catalog
+from exporter.config import AlertSettings, Config
 from exporter.failures import MAX_CAUSE, classify_cause
-from exporter.generate import alerts as gen
+from exporter.generate import alertmanager
+from exporter.generate import rules as gen
+from exporter.generate.promql import fmt_duration, parse_duration
+from exporter.generate.settings import RuleSettings
 from exporter.simulate import CRASH_CAUSE, Simulator, load_scenario, parse_scenario, serve_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
-AM_EXAMPLE = ROOT / "alerts" / gen.ALERTMANAGER
+AM_EXAMPLE = ROOT / "alerts" / alertmanager.ALERTMANAGER
 SIMULATE_DOC = ROOT / "docs" / "simulate.md"
 JOB = "sglang-exporter"          # Params().exporter_selector is job="sglang-exporter"
 NAMESPACE = "e2e"
@@ -189,7 +193,7 @@ def inhibitor(target: dict, others: list[dict], rules: list[dict]) -> str | None
     return None
 
 
-def expected_alerts(case: Case, instance: str, params: gen.Params, silent_tail: bool) -> dict[str, Expected]:
+def expected_alerts(case: Case, instance: str, params: RuleSettings, silent_tail: bool) -> dict[str, Expected]:
     """Alertname -> what must reach Alertmanager for this case's instance."""
     target = {"job": JOB, "instance": instance, "namespace": NAMESPACE, "pod": case.name}
     specs = []
@@ -220,13 +224,13 @@ def expected_alerts(case: Case, instance: str, params: gen.Params, silent_tail: 
 # ------------------------------------------------------------------------------------ configs
 
 def _seconds(d: str) -> float:
-    return gen.parse_duration(d)
+    return parse_duration(d)
 
 
 def shorten(d: str) -> str:
     """An Alertmanager timing divided by 6 (30s -> 5s, 10s -> 2s, 5m -> 50s, 12h -> 2h; 0s stays 0s)."""
     s = _seconds(d)
-    return gen.fmt_duration(math.ceil(s / 6)) if s else "0s"
+    return fmt_duration(math.ceil(s / 6)) if s else "0s"
 
 
 def alertmanager_config(example: dict, webhook_base: str) -> dict:
@@ -370,7 +374,7 @@ class Stack:
             self._tmp = tempfile.TemporaryDirectory(prefix="sglang-e2e-")
             workdir = Path(self._tmp.name)
         self.dir = workdir
-        self.params = gen.Params(short_windows=True)
+        self.params = RuleSettings(Config(alerts=AlertSettings(short_windows=True)))
         self.running: dict[str, Running] = {}
         self.procs: list[Proc] = []
         self.stop_event = threading.Event()
@@ -516,7 +520,9 @@ class Stack:
 
     def _start_prometheus(self):
         rules_dir = self.dir / "rules"
-        gen.generate(rules_dir, self.params)
+        for rel, text in gen.render(self.params.config).items():     # alerts/<rule file>
+            (rules_dir / rel.removeprefix("alerts/")).parent.mkdir(parents=True, exist_ok=True)
+            (rules_dir / rel.removeprefix("alerts/")).write_text(text)
         self.rule_files = [rules_dir / gen.EXPORTER_RULES, rules_dir / gen.NATIVE_RULES]
         cfg = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},

@@ -13,16 +13,16 @@ import pytest
 import yaml
 from helpers import free_port, require_tool, wait_until
 
-from exporter.generate import alerts as gen
+from exporter.generate import alertmanager, rules
 
 REPO = Path(__file__).resolve().parents[1]
-AM_CONFIG = REPO / "alerts" / gen.ALERTMANAGER
-CASES = yaml.safe_load((REPO / "alerts" / gen.ROUTES_CASES).read_text())["cases"]
+AM_CONFIG = REPO / "alerts" / alertmanager.ALERTMANAGER
+CASES = yaml.safe_load((REPO / "alerts" / alertmanager.ROUTES_CASES).read_text())["cases"]
 
 
 def rule_alerts():
     out = []
-    for f in (gen.EXPORTER_RULES, gen.NATIVE_RULES):
+    for f in (rules.EXPORTER_RULES, rules.NATIVE_RULES):
         for g in yaml.safe_load((REPO / "alerts" / f).read_text())["groups"]:
             out += [r for r in g["rules"] if "alert" in r]
     return out

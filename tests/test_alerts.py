@@ -2,10 +2,8 @@
 mixtool and pint would (names, severities, annotations, counters, comparisons, metric names, runbook links)."""
 from __future__ import annotations
 
-import filecmp
 import re
 import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -13,8 +11,14 @@ import pytest
 import yaml
 from helpers import require_tool
 
-from exporter import catalog
-from exporter.generate import alerts as gen
+from exporter import catalog, generate
+from exporter.catalog_native import NATIVE_VALUES, family_span, native_metric_names
+from exporter.cli import main as cli_main
+from exporter.config import AlertSettings, Config, ConfigError, build
+from exporter.generate import rules as gen
+from exporter.generate.gotemplate import render_template
+from exporter.generate.promql import parse_duration
+from exporter.generate.settings import RuleSettings
 
 REPO = Path(__file__).resolve().parents[1]
 ALERTS = REPO / "alerts"
@@ -29,6 +33,21 @@ ALERT_NAME = re.compile(r"^SGLang(?:[A-Z][a-z0-9]*)+$")       # CamelCase; acron
 RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 PROMETHEUS_OWN = {"up"}
+# SGLang's own families by exposed name -> kind, from the catalog's native table (spans in the release data)
+SGLANG_METRICS = {n: v.kind for v in NATIVE_VALUES for n in native_metric_names(v.name)}
+
+
+def alert_config(signals=None, **alerts) -> Config:
+    return Config(signals=signals or {}, alerts=AlertSettings(**alerts))
+
+
+def write_alert_bundle(root: Path, cfg: Config) -> Path:
+    """The rules and their generated promtool tests for `cfg` under root/alerts (what promtool reads)."""
+    files = {k: v for k, v in generate.render(cfg).items() if k.startswith("alerts/")}
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root / "alerts"
 
 
 def load_rules(path=None):
@@ -77,11 +96,11 @@ def has_comparison(expr: str) -> bool:
 def known_metric(name: str, recorded: set[str]) -> bool:
     if name in catalog.METRICS_BY_NAME or name in PROMETHEUS_OWN or name in recorded:
         return True
-    if name in gen.SGLANG_METRICS:
+    if name in SGLANG_METRICS:
         return True
     for suf in HIST_SUFFIXES:
         base = name[: -len(suf)]
-        if name.endswith(suf) and gen.SGLANG_METRICS.get(base, (None, None, None))[2] == "histogram":
+        if name.endswith(suf) and SGLANG_METRICS.get(base) == "histogram":
             return True
     return False
 
@@ -90,92 +109,88 @@ def is_counter(name: str) -> bool:
     spec = catalog.METRICS_BY_NAME.get(name)
     if spec is not None:
         return spec.type == "counter"
-    if name in gen.SGLANG_METRICS:
-        return gen.SGLANG_METRICS[name][2] == "counter"
-    if name.endswith("_bucket") and gen.SGLANG_METRICS.get(name[:-7], (0, 0, ""))[2] == "histogram":
+    if name in SGLANG_METRICS:
+        return SGLANG_METRICS[name] == "counter"
+    if name.endswith("_bucket") and SGLANG_METRICS.get(name[:-7]) == "histogram":
         return True
     return name.endswith("_total")
 
 
 # ------------------------------------------------------------------------------------------ freshness
 
-def test_generated_files_are_fresh(tmp_path):
-    """Regenerate into a tmp dir and compare with the committed files (kubernetes-mixin practice)."""
-    out, docs = tmp_path / "alerts", tmp_path / "docs"
-    written = gen.generate(out, gen.Params(), docs_dir=docs)
-    assert written
-    stale = []
-    for path in written:
-        rel = path.relative_to(tmp_path)
-        committed = REPO / rel
-        if not committed.exists() or not filecmp.cmp(path, committed, shallow=False):
-            stale.append(str(rel))
-    # committed runbooks for alerts that no longer exist
-    stale += [f"docs/runbooks/{p.name}" for p in RUNBOOKS.glob("*.md") if not (docs / "runbooks" / p.name).exists()]
+def test_generated_files_are_fresh():
+    """Every committed generated file equals what `sglang-exporter generate` renders (kubernetes-mixin
+    practice); runbooks of alerts that no longer exist count as stale."""
+    stale = generate.stale(generate.render(Config()), REPO)
     assert not stale, f"stale generated files (run `sglang-exporter generate`): {stale}"
-    assert gen.check() == []
 
 
-def test_check_reports_stale_and_cli_exit_codes(tmp_path):
-    out = tmp_path / "a"
-    gen.generate(out, gen.Params())
-    assert gen.check(out) == []
-    (out / gen.EXPORTER_RULES).write_text("# edited by hand\n")
-    assert gen.check(out) == [str(out / gen.EXPORTER_RULES)]
-    cli = [sys.executable, "-m", "exporter.generate.alerts"]
-    r = subprocess.run(cli + ["--check", "--out", str(out)], cwd=REPO, capture_output=True, text=True)
-    assert r.returncode == 1 and gen.EXPORTER_RULES in r.stderr
-    r = subprocess.run(cli + ["--out", str(out)], cwd=REPO, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run(cli + ["--check", "--out", str(out)], cwd=REPO, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run(cli + ["--set", "no_such_key=1", "--out", str(out)], cwd=REPO, capture_output=True,
-                       text=True)
-    assert r.returncode == 2 and "no_such_key" in r.stderr
-    r = subprocess.run(cli + ["--set", "thresholds.retraction_storm.nope=3"], cwd=REPO, capture_output=True,
-                       text=True)
-    assert r.returncode == 2 and "nope" in r.stderr
+def test_check_names_stale_files_and_write_fixes_them(tmp_path, capsys):
+    assert cli_main(["generate", "--out", str(tmp_path)]) == 0
+    assert cli_main(["generate", "--check", "--out", str(tmp_path)]) == 0
+    (tmp_path / "alerts" / gen.EXPORTER_RULES).write_text("# edited by hand\n")
+    (tmp_path / "docs" / "runbooks" / "SGLangGone.md").write_text("an alert that no longer exists\n")
+    capsys.readouterr()
+    assert cli_main(["generate", "--check", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"stale: alerts/{gen.EXPORTER_RULES}" in err and "stale: docs/runbooks/SGLangGone.md" in err
+    assert cli_main(["generate", "--out", str(tmp_path)]) == 0
+    assert not (tmp_path / "docs" / "runbooks" / "SGLangGone.md").exists()
+    assert cli_main(["generate", "--check", "--out", str(tmp_path)]) == 0
 
 
-def test_params_flow_into_rules(tmp_path):
-    pfile = tmp_path / "p.yaml"
-    pfile.write_text(yaml.safe_dump({
-        "exporter_selector": 'job="sidecar", cluster="c1"',
-        "sglang_selector": 'job="llm"',
-        "runbook_url_pattern": "https://wiki.example.com/rb/{alertname_lower}",
-        "thresholds": {"retraction_storm": {"per_minute": 20}},
-        "alert_for": {"SGLangRetractionStorm": "5m"},
+def test_generate_reads_the_runtime_config_and_its_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("signals:\n  retraction_storm: {nope: 3}\nalerts:\n  no_such_key: 1\n")
+    assert cli_main(["generate", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:2: signals.retraction_storm.nope: unknown parameter" in err
+    assert f"{bad}:4: alerts.no_such_key: unknown setting" in err
+    assert err.index(":2: signals") < err.index(":4: alerts")          # file order
+    assert not (tmp_path / "o").exists()
+
+
+def test_config_flows_into_rules(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({
+        "signals": {"retraction_storm": {"per_minute": 20}},
+        "alerts": {"exporter_selector": 'job="sidecar", cluster="c1"', "sglang_selector": 'job="llm"',
+                   "runbook_base_url": "https://wiki.example.com/rb", "for": {"SGLangRetractionStorm": "5m"},
+                   "max_unknown_ratio": 0.3},
     }))
-    p = gen.load_params(pfile, ["max_unknown_ratio=0.3"])
-    assert p.thresholds["retraction_storm"]["per_minute"] == 20
-    assert p.thresholds["retractions_frequent"]["per_minute"] == 1.0       # untouched default
-    rules = {r["alert"]: r for g in gen.rule_files(p).values() for grp in g["groups"] for r in grp["rules"]
-             if "alert" in r}
+    settings = RuleSettings(build({}, environ={}, config_file=str(path)))
+    assert settings.thresholds("retraction_storm")["per_minute"] == 20
+    assert settings.thresholds("retractions_frequent")["per_minute"] == 1.0       # untouched default
+    rules = {r["alert"]: r for g in gen.rule_files(settings).values() for grp in g["groups"]
+             for r in grp["rules"] if "alert" in r}
     storm = rules["SGLangRetractionStorm"]
     assert storm["for"] == "5m"
     assert 'job="sidecar", cluster="c1"' in storm["expr"]
-    assert storm["annotations"]["runbook_url"] == "https://wiki.example.com/rb/sglangretractionstorm"
+    assert storm["annotations"]["runbook_url"] == "https://wiki.example.com/rb/SGLangRetractionStorm.md"
     assert rules["SGLangNativeRetractionStorm"]["expr"].rstrip().endswith(">= 20")
     assert 'job="llm"' in rules["SGLangNativeRetractionStorm"]["expr"]
     assert rules["SGLangLogParserDrift"]["expr"].rstrip().endswith("> 0.3")
     # a profile drops the native alerts of signals it disables (offline: no latency objectives)
-    off = gen.Params(profile="offline")
+    off = RuleSettings(alert_config(profile="offline"))
     assert not [a for a in gen.native_alerts(off) if a.signal == "latency_high"]
-    lc = gen.Params(profile="long-context")
+    lc = RuleSettings(alert_config(profile="long-context"))
     ttft = [a for a in gen.native_alerts(lc) if a.name == "SGLangNativeTTFTHigh"][0]
     assert ttft.expr.rstrip().endswith("> 10")
-    with pytest.raises(ValueError, match="unknown signal"):
-        gen.Params(thresholds={"nope": {}})
-    with pytest.raises(ValueError, match="unknown alert"):
-        gen.Params(alert_for={"SGLangNope": "1m"})
+    # `enabled: false` in signals: drops the native alerts too (one spelling for thresholds and switches)
+    no_storm = RuleSettings(alert_config(signals={"retraction_storm": {"enabled": False}}))
+    assert "SGLangNativeRetractionStorm" not in {a.name for a in gen.native_alerts(no_storm)}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("alerts:\n  for: {SGLangNope: 1m}\n  drift_window: soon\n")
+    with pytest.raises(ConfigError, match=r"(?s):2: alerts.for.SGLangNope: unknown alert.*:3: alerts.drift_window"):
+        build({}, environ={}, config_file=str(bad))
 
 
 def test_short_windows_shorten_for_and_ranges():
-    p = gen.Params(short_windows=True)
-    for a in gen.all_alerts(p):
-        base = gen.Params().alert_for.get(a.name) or gen.Params().alert_for[
-            catalog.SIGNALS_BY_ID[a.signal].alert.name]
-        assert a.for_ == ("10s" if gen.parse_duration(base) > 0 else base), a.name
+    short = RuleSettings(alert_config(short_windows=True))
+    defaults = RuleSettings().alert_for
+    for a in gen.all_alerts(short):
+        base = defaults.get(a.name) or defaults[catalog.SIGNALS_BY_ID[a.signal].alert.name]
+        assert a.for_ == ("10s" if parse_duration(base) > 0 else base), a.name
         for rng in re.findall(r"\[(\w+)\]", a.expr):
             assert rng == "1m", (a.name, rng)
 
@@ -200,18 +215,18 @@ def test_promtool_unit_tests():
     _promtool_ok(["test", "rules", *tests], REPO)
 
 
-@pytest.mark.parametrize("params", [
-    {"short_windows": True},
-    {"exporter_selector": 'job="sidecar", cluster="c1"', "sglang_selector": 'job="llm"',
-     "thresholds": {"retraction_storm": {"per_minute": 20}, "queue_above_range": {"max_queue": 500},
-                    "latency_high": {"ttft_p99_seconds": 0.5}},
-     "alert_for": {"SGLangRetractionStorm": "5m", "SGLangStalled": "0m"}, "max_unknown_ratio": 0.05},
+@pytest.mark.parametrize("cfg", [
+    alert_config(short_windows=True),
+    alert_config(signals={"retraction_storm": {"per_minute": 20}, "queue_above_range": {"max_queue": 500},
+                          "latency_high": {"ttft_p99_seconds": 0.5}},
+                 exporter_selector='job="sidecar", cluster="c1"', sglang_selector='job="llm"',
+                 alert_for={"SGLangRetractionStorm": "5m", "SGLangStalled": "0m"}, max_unknown_ratio=0.05),
 ], ids=["short-windows", "custom-params"])
-def test_promtool_with_other_params(tmp_path, params):
-    """The generated unit tests follow the parameters: they pass for short windows and custom values too."""
-    gen.generate(tmp_path, gen.Params(**params))
-    _promtool_ok(["check", "rules", gen.EXPORTER_RULES, gen.NATIVE_RULES], tmp_path)
-    _promtool_ok(["test", "rules", *sorted(str(p) for p in (tmp_path / "tests").glob("*.test.yml"))], tmp_path)
+def test_promtool_with_other_config(tmp_path, cfg):
+    """The generated unit tests follow the configuration: they pass for short windows and custom values too."""
+    out = write_alert_bundle(tmp_path, cfg)
+    _promtool_ok(["check", "rules", gen.EXPORTER_RULES, gen.NATIVE_RULES], out)
+    _promtool_ok(["test", "rules", *sorted(str(p) for p in (out / "tests").glob("*.test.yml"))], out)
 
 
 def test_every_alert_and_record_has_promtool_tests():
@@ -255,7 +270,7 @@ def test_catalog_alerts_all_present():
         if s.alert:
             r = by_name[s.alert.name]
             assert r["labels"] == {"severity": s.severity, "signal": s.id, **(
-                {"family": gen.FAMILIES[s.id]} if s.id in gen.FAMILIES else {})}
+                {"family": s.family} if s.family else {})}
             assert r["for"] == s.alert.for_
             assert r["annotations"]["summary"] == s.alert.summary
             assert r["annotations"]["description"] == s.alert.description
@@ -277,11 +292,11 @@ def test_alert_lint(rule):
         f"summary: {summary!r}"
     if name != gen.WATCHDOG:   # the always-firing watchdog has nothing to template
         assert "{{" in desc and "}}" in desc, "description must be templated"
-    assert "for" in rule and gen.parse_duration(rule["for"]) >= 0
+    assert "for" in rule and parse_duration(rule["for"]) >= 0
     if name != gen.WATCHDOG:
         assert has_comparison(rule["expr"]), f"{name}: no comparison in expr"
     # page <=> critical (the route tree pages on severity)
-    spec = {a.name: a for a in gen.all_alerts(gen.Params())}[name]
+    spec = {a.name: a for a in gen.all_alerts(RuleSettings())}[name]
     assert spec.page == (labels["severity"] == "critical")
     if "signal" in labels:
         assert labels["signal"] in catalog.SIGNALS_BY_ID
@@ -326,8 +341,9 @@ def test_groups_and_recording_names():
 def test_runbook_urls_resolve():
     for r in alert_rules():
         url = r["annotations"]["runbook_url"]
-        assert url.startswith(catalog.RUNBOOK_BASE + "/"), url
-        rel = urlparse(url[len(catalog.RUNBOOK_BASE) + 1:])
+        base = AlertSettings().runbook_base_url
+        assert url.startswith(base + "/"), url
+        rel = urlparse(url[len(base) + 1:])
         page = RUNBOOKS / rel.path
         assert page.is_file(), f"{r['alert']}: {page} missing"
         text = page.read_text()
@@ -339,19 +355,15 @@ def test_runbook_urls_resolve():
             assert rel.fragment in slugs, f"{url}: no heading #{rel.fragment}"
 
 
-def test_native_metric_table_matches_rules():
-    """Every SGLang metric the native rules read is in the version table, with its version range."""
-    used = set()
+def test_native_rules_read_only_families_of_the_native_table():
+    """Every SGLang metric the native rules read is a family of exporter.catalog_native that some release
+    defines (so its name and version span come from the one table)."""
     for r in load_rules(ALERTS / gen.NATIVE_RULES):
         for m in selectors(r[2]["expr"]):
             base = next((m[: -len(s)] for s in HIST_SUFFIXES if m.endswith(s)), m)
-            used.add(base if base in gen.SGLANG_METRICS else m)
-    assert used <= set(gen.SGLANG_METRICS), used - set(gen.SGLANG_METRICS)
-    for name, (first, last, typ) in gen.SGLANG_METRICS.items():
-        assert name.startswith("sglang:") and typ in ("gauge", "counter", "histogram")
-        assert re.match(r"^\d+\.\d+\.\d+$", first) and (last is None or re.match(r"^\d+\.\d+\.\d+$", last))
-        if typ == "counter":
-            assert name.endswith("_total")
+            name = base if base in SGLANG_METRICS else m
+            assert name in SGLANG_METRICS, name
+            assert family_span(name.removeprefix("sglang:").removesuffix("_total")) is not None, name
 
 
 def test_drift_ignores_foreign_noise():
@@ -375,4 +387,4 @@ def test_drift_ignores_foreign_noise():
     ("{{ $labels.instance }}/{{ $labels.missing }}", 1, "i/"),
 ])
 def test_template_renderer(tmpl, value, expected):
-    assert gen.render_template(tmpl, {"instance": "i"}, value) == expected
+    assert render_template(tmpl, {"instance": "i"}, value) == expected

@@ -8,17 +8,19 @@ ServiceMonitor, PrometheusRule) have no schema there; their structure is checked
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from helpers import IN_CI, require_tool
+
+from exporter import generate
+from exporter.config import Config
+from exporter.generate import kubernetes
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "kubernetes"
@@ -27,13 +29,6 @@ VARIANTS = {"base": BASE, "servicemonitor": K8S / "variants" / "servicemonitor"}
 K8S_VERSIONS = ["1.29.0", "1.33.0"]
 MONITORING = "monitoring.coreos.com/v1"
 CRD_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
-
-
-def _generator():
-    spec = importlib.util.spec_from_file_location("deploy_generate", K8S / "generate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # ---------------------------------------------------------------- rendering
@@ -122,9 +117,10 @@ def test_resolver_agrees_with_kubectl_kustomize(variant):
 
 def test_generated_files_are_fresh():
     """Stale generated files fail (handoff ConfigMap, PrometheusRules, dashboards copy, resource list)."""
-    r = subprocess.run([sys.executable, str(K8S / "generate.py"), "--check"], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
+    manifests = kubernetes.render(Config())
+    assert set(manifests) >= {f"deploy/kubernetes/base/{n}" for n in ("handoff-configmap.yaml",
+                                                                      "kustomization.yaml")}
+    assert generate.stale(manifests, ROOT) == [], "run `sglang-exporter generate`"
 
 
 def test_handoff_configmap_is_the_product_module():
@@ -140,11 +136,8 @@ def _extract_groups_and_check(groups: list, tmp_path: Path, name: str) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_prometheusrule_generator_on_a_crafted_rules_file(tmp_path, monkeypatch):
+def test_prometheusrule_generator_on_a_crafted_rules_file(tmp_path):
     """The generator itself, independent of alerts/ being there: groups carried over verbatim and valid."""
-    gen = _generator()
-    src = tmp_path / "alerts" / "sglang-exporter.rules.yml"
-    src.parent.mkdir()
     rules = {"groups": [{"name": "sglang-exporter.test", "rules": [
         {"record": "instance:sglang_exporter_up:max", "expr": "max by (instance) (up{job=\"sglang-exporter\"})"},
         {"alert": "SGLangExporterDown", "expr": "up{job=\"sglang-exporter\"} == 0", "for": "5m",
@@ -152,9 +145,8 @@ def test_prometheusrule_generator_on_a_crafted_rules_file(tmp_path, monkeypatch)
          "annotations": {"summary": "The exporter is down.",
                          "description": "{{ $labels.instance }} has been down for 5 minutes.\nCheck it.",
                          "runbook_url": "https://example.invalid/runbooks/exporter-down.md"}}]}]}
-    src.write_text(yaml.safe_dump(rules, sort_keys=False))
-    monkeypatch.setattr(gen, "ROOT", tmp_path)
-    obj = yaml.safe_load(gen.prometheus_rule(src))
+    obj = yaml.safe_load(kubernetes.prometheus_rule("alerts/sglang-exporter.rules.yml",
+                                                    yaml.safe_dump(rules, sort_keys=False)))
     assert obj["apiVersion"] == MONITORING and obj["kind"] == "PrometheusRule"
     assert obj["metadata"]["name"] == "sglang-exporter"
     assert obj["spec"]["groups"] == rules["groups"]
@@ -170,7 +162,7 @@ def test_prometheusrule_equals_generated_alerts(name, tmp_path):
         pytest.skip(f"{src.relative_to(ROOT)} not generated yet")
     rule = one(render(BASE), "PrometheusRule", name)
     assert rule["apiVersion"] == MONITORING
-    assert rule["spec"]["groups"] == yaml.safe_load(src.read_text())["groups"], "stale: run generate.py"
+    assert rule["spec"]["groups"] == yaml.safe_load(src.read_text())["groups"], "stale: run `sglang-exporter generate`"
     names = [g["name"] for g in rule["spec"]["groups"]]
     assert len(names) == len(set(names))
     _extract_groups_and_check(rule["spec"]["groups"], tmp_path, name)

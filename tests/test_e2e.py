@@ -25,7 +25,8 @@ from e2e_harness import (
 from helpers import require_tool
 
 from exporter import catalog
-from exporter.generate import alerts as gen
+from exporter.generate import rules as gen
+from exporter.generate.promql import parse_duration
 from exporter.simulate import CRASH_CAUSE
 
 pytestmark = pytest.mark.real
@@ -118,7 +119,7 @@ def test_prometheus_loaded_the_generated_rules(stack):
     assert not health, health
     # the short windows are in force
     stalled = next(r for g in groups for r in g["rules"] if r["name"] == "SGLangStalled")
-    assert stalled["duration"] == gen.parse_duration(params.short_for)
+    assert stalled["duration"] == parse_duration(params.short_for)
 
 
 def test_every_exporter_is_a_target_with_join_labels(stack):

@@ -46,6 +46,8 @@ def stale(files: dict[str, str], root: Path) -> list[str]:
     out = [rel for rel, text in files.items()
            if not (root / rel).is_file() or (root / rel).read_text(encoding="utf-8") != text]
     for folder in GENERATED_DIRS:
+        if not any(rel.startswith(folder + "/") for rel in files):
+            continue        # a partial render (one module's files) says nothing about this folder
         out += [str(p.relative_to(root)) for p in sorted((root / folder).glob("*"))
                 if p.is_file() and str(p.relative_to(root)) not in files]
     return out
