@@ -161,9 +161,10 @@ def alerts_md(settings: RuleSettings) -> str:
         "",
         "Because those tests come from the same catalog as the rules, a wrong threshold in the catalog would "
         "pass them. The hand-written files in `alerts/tests/oracle/` (one per rule group, not generated) "
-        "state the tuning guide's numbers literally — e.g. a retraction storm at 10 retracted requests per "
-        "minute, a queue above 2000, p99 TTFT above 2 s — with their expected labels and annotations; "
-        "`tests/test_alerts.py` runs them with promtool, so a catalog entry that drifts from the guide fails.",
+        "state the tuning guide's numbers literally ([tuning-guide.md](tuning-guide.md): a median queue "
+        "above 2000, KV cache usage under 0.9 while requests wait, 3 GiB left after start-up) and the "
+        "expected labels, `for:` and rendered annotations; `tests/test_alerts.py` runs them with promtool "
+        "and checks that rules rendered from a drifted value fail them.",
         "",
     ]
     return "\n".join(lines)
