@@ -146,3 +146,55 @@ def test_configuration_doc_covers_every_setting():
         assert f"`{key}`" in doc, key
         assert ENV_PREFIX + env in doc, env
     assert "SGLANG_EXPORTER_CONFIG" in doc and "signals" in doc
+
+
+def test_every_mistake_of_a_file_is_reported_in_file_order(tmp_path, capsys):
+    path = write(tmp_path, """\
+        scrape_timeout: 20
+        bogus: 1
+        signals:
+          nope: {}
+          stalled: {stall_seconds: soon, stall_minutes: 1}
+        alerts:
+          for: {SGLangNope: 1m}
+          max_unknown_ratio: 3
+        profile: batchy
+        """)
+    assert main(["check-config", path]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    lines[0] = lines[0].removeprefix("sglang-exporter: error: ")
+    expected = [(1, "scrape_timeout", "must be below scrape_interval"), (2, "bogus", "unknown setting"),
+                (4, "signals.nope", "unknown signal"), (5, "signals.stalled.stall_seconds", "non-negative number"),
+                (5, "signals.stalled.stall_minutes", "unknown parameter"), (7, "alerts.for.SGLangNope", "unknown alert"),
+                (8, "alerts.max_unknown_ratio", "between 0 and 1"), (9, "profile", "unknown profile")]
+    assert len(lines) == len(expected), lines
+    for line, (number, key, why) in zip(lines, expected):
+        assert line.startswith(f"{path}:{number}: {key}") and why in line, line
+
+
+def test_alerts_section_reaches_the_generator(tmp_path):
+    from exporter.generate.settings import RuleSettings
+    path = write(tmp_path, """\
+        signals:
+          retraction_storm: {per_minute: 20}
+        alerts:
+          sglang_selector: 'job="llm"'
+          join_labels: [cluster, instance]
+          for: {SGLangRetractionStorm: 5m}
+          short_windows: yes
+        """)
+    cfg = build({}, environ={}, config_file=path)
+    assert cfg.alerts.sglang_selector == 'job="llm"' and cfg.alerts.join_labels == ("cluster", "instance")
+    settings = RuleSettings(cfg)
+    assert settings.thresholds_in_force("retraction_storm")["per_minute"] == 20
+    assert settings.alert_for["SGLangRetractionStorm"] == "5m" and settings.for_duration("SGLangRetractionStorm") == "10s"
+
+
+def test_configuration_doc_covers_every_alerts_key():
+    from pathlib import Path
+
+    from exporter.config import _ALERT_KEYS
+    doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    section = doc.split("## `alerts`")[1].split("\n## ")[0]
+    for key in _ALERT_KEYS:
+        assert f"`{key}`" in section, key
