@@ -13,7 +13,8 @@ from urllib.parse import urlparse
 
 import yaml
 
-from exporter.catalog import DEFAULT_PROFILE, META_ALERTS, PROFILES, RUNBOOK_BASE, SIGNALS, SIGNALS_BY_ID
+from exporter import catalog
+from exporter.catalog import DEFAULT_PROFILE, PROFILES, RUNBOOK_BASE
 
 DEFAULT_PORT = 10060
 ENV_PREFIX = "SGLANG_EXPORTER_"
@@ -79,7 +80,7 @@ class Config:
 
     def signal_params(self) -> dict[str, dict | None]:
         """Thresholds in force per signal for this profile and these overrides (None = inactive)."""
-        return {sig.id: thresholds(sig.id, self.profile, self.signals) for sig in SIGNALS}
+        return {sig.id: thresholds(sig.id, self.profile, self.signals) for sig in catalog.SIGNALS}
 
     @property
     def stale_after(self) -> float:
@@ -94,7 +95,7 @@ class Config:
 def thresholds(signal_id: str, profile: str | None, overrides: dict) -> dict | None:
     """One signal's thresholds: the profile's (None: the catalog defaults, signal always active) under the
     `signals:` overrides; None when the profile or `enabled: false` turns it off."""
-    sig = SIGNALS_BY_ID[signal_id]
+    sig = catalog.SIGNALS_BY_ID[signal_id]
     over = dict(overrides.get(signal_id) or {})
     enabled = over.pop("enabled", None)
     base = sig.defaults if profile is None else sig.params(profile)
@@ -105,8 +106,8 @@ def thresholds(signal_id: str, profile: str | None, overrides: dict) -> dict | N
 
 def default_alert_for() -> dict:
     """Every alert's `for:` from the catalog (signal and meta alerts; native alerts use their signal's)."""
-    out = {s.alert.name: s.alert.for_ for s in SIGNALS if s.alert}
-    out.update({m.alert.name: m.alert.for_ for m in META_ALERTS})
+    out = {s.alert.name: s.alert.for_ for s in catalog.SIGNALS if s.alert}
+    out.update({m.alert.name: m.alert.for_ for m in catalog.META_ALERTS})
     return out
 
 
@@ -270,10 +271,10 @@ def _signals(value, problems: _Problems) -> dict:
         raise ConfigError(f"{problems.where('signals')}: expected a mapping of signal id to thresholds")
     out = {}
     for sid, over in value.items():
-        sig = SIGNALS_BY_ID.get(sid)
+        sig = catalog.SIGNALS_BY_ID.get(sid)
         if sig is None:
             problems.add(ConfigError(f"{problems.where('signals', sid)}: unknown signal "
-                                     f"(known: {', '.join(SIGNALS_BY_ID)})"))
+                                     f"(known: {', '.join(catalog.SIGNALS_BY_ID)})"))
             continue
         if not isinstance(over, dict):
             problems.add(ConfigError(f"{problems.where('signals', sid)}: expected a mapping of parameter to value"))
