@@ -54,7 +54,7 @@ from exporter.simulate import CRASH_CAUSE, Simulator, load_scenario, parse_scena
 ROOT = Path(__file__).resolve().parents[1]
 AM_EXAMPLE = ROOT / "alerts" / alertmanager.ALERTMANAGER
 SIMULATE_DOC = ROOT / "docs" / "simulate.md"
-JOB = "sglang-exporter"          # Params().exporter_selector is job="sglang-exporter"
+JOB = "sglang-exporter"          # AlertSettings().exporter_selector is job="sglang-exporter"
 NAMESPACE = "e2e"
 RECEIVERS = ("page", "ticket", "deadmansswitch")
 STALL_SECONDS = 3                # stalled cases: a short stall threshold (wall time)
