@@ -37,7 +37,7 @@ class Alert:
     summary: str
     description: str
     page: bool
-    labels: dict = field(default_factory=dict)       # extra static labels (signal, family)
+    labels: dict = field(default_factory=dict)       # static labels (signal, family; severity once decorated)
     kind: str = "signal"                             # signal | meta | native
     signal: str | None = None
     meaning: str = ""
@@ -49,15 +49,17 @@ class Alert:
             "alert": self.name,
             "expr": self.expr,
             "for": self.for_,
-            "labels": {"severity": self.severity, **self.labels},
+            "labels": dict(self.labels),
             "annotations": {"summary": self.summary, "description": self.description,
                             "runbook_url": self.runbook_url},
         }
 
 
 def decorate(alerts: list[Alert], settings: RuleSettings) -> list[Alert]:
-    """The cross-cutting fields of every alert: its runbook link (from `alerts.runbook_base_url`)."""
-    return [dataclasses.replace(a, runbook_url=settings.runbook_url(a.name)) for a in alerts]
+    """The cross-cutting fields of every alert: the `severity` label the Alertmanager example routes on
+    (critical pages, warning/info open a ticket) and the runbook link (from `alerts.runbook_base_url`)."""
+    return [dataclasses.replace(a, labels={"severity": a.severity, **a.labels},
+                                runbook_url=settings.runbook_url(a.name)) for a in alerts]
 
 
 def _metric(name: str) -> str:
