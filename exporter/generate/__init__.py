@@ -5,6 +5,8 @@ Each module renders one kind of output with its own `render(config)`; this one o
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 from pathlib import Path
 
@@ -31,12 +33,8 @@ def render(config: Config | None = None) -> dict[str, str]:
         files.update(module.render(config))
     files.update(dashboards_files(config))
     files[compatibility.PATH] = compatibility.render()
-    try:
-        from exporter.generate import metrics_doc
-    except ImportError:
-        metrics_doc = None
-    if metrics_doc is not None:
-        files.update(metrics_doc.render(config))
+    if importlib.util.find_spec("exporter.generate.metrics_doc") is not None:   # docs/metrics.md, once it exists
+        files.update(importlib.import_module("exporter.generate.metrics_doc").render(config))
     files.update(kubernetes.render_from(files))
     return files
 
