@@ -203,11 +203,12 @@ def cmd_serve(args) -> int:
 def cmd_generate(args) -> int:
     """Alerts + runbooks, dashboards, docs/compatibility.md (from the release data) and (in a checkout) the
     Kubernetes copies of alerts and dashboards, from the catalog."""
-    from exporter.generate import alerts, dashboards, sources
+    from exporter.generate import alerts, dashboards, metrics_doc, sources
     from exporter.releases import compatibility
     steps = [("alerts and runbooks", alerts.generate, alerts.check),
              ("dashboards", dashboards.generate, dashboards.check),
              ("signal sources", sources.generate, sources.check),
+             ("metrics reference", metrics_doc.generate, metrics_doc.check),
              ("SGLang release compatibility", compatibility.generate, compatibility.check)]
     deploy = _deploy_generator()
     if deploy is not None:

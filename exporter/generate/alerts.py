@@ -6,7 +6,7 @@
 Writes (default: into the repository's `alerts/`, and the runbooks + `alerts.md` into `docs/`):
 
 - `sglang-exporter.rules.yml`  one alert per catalog signal (over `sglang_exporter_signal_firing`, with the
-  judged value from `sglang_exporter_signal_value`), the meta alerts (exporter down, SGLang target down,
+  judged value from `sglang_exporter_signal_value_<unit>`), the meta alerts (exporter down, SGLang target down,
   parser drift, log stale, watchdog) and fleet recording rules (`level:metric:operations`).
 - `sglang-native.rules.yml`    alerts on SGLang's own `/metrics` (no sidecar logs needed): queue above
   range, KV cache under-used, retractions frequent / storm, p99 latency objectives; p99 recording rules.
@@ -377,7 +377,15 @@ def _metric(name: str) -> str:
 
 M_FIRING = _metric(f"{catalog.NS}_signal_firing")
 M_KNOWN = _metric(f"{catalog.NS}_signal_known")
-M_VALUE = _metric(f"{catalog.NS}_signal_value")
+
+
+def _value_metric(s) -> tuple[str, float]:
+    """The family carrying a signal's judged value and the factor back to the unit its thresholds and
+    alert texts use (the retraction signals: per second, x 60 for per minute)."""
+    name, scale = catalog.signal_value_metric(s.value_unit)
+    return _metric(name), round(1 / scale)
+
+
 M_CAUSE = _metric(f"{catalog.NS}_failure_cause_info")
 M_RETR = _metric(f"{catalog.NS}_retractions_total")
 M_RETR_REQ = _metric(f"{catalog.NS}_retracted_requests_total")
@@ -387,7 +395,7 @@ M_UNPARSED = _metric(f"{catalog.NS}_log_lines_unparsed_total")
 M_EVENTS = _metric(f"{catalog.NS}_log_events_total")
 M_SOURCE_UP = _metric(f"{catalog.NS}_source_up")
 M_STALE = _metric(f"{catalog.NS}_log_source_stale")
-M_SCRAPE = _metric(f"{catalog.NS}_scrape_success")
+M_SCRAPE = _metric(f"{catalog.NS}_source_up")     # of source="sglang_metrics": did the last scrape work
 M_INFO = _metric(f"{catalog.NS}_sglang_info")
 DRIFT_REASONS = ("unknown_message", "malformed")   # SGLang-prefixed lines we could not read
 NOISE_REASON = "no_sglang_prefix"                   # foreign lines: never drift
@@ -405,7 +413,9 @@ def signal_alerts(p: Params) -> list[Alert]:
             continue
         sig = f'signal="{s.id}"'
         firing = f"{M_FIRING}{_sel(p.exporter_selector, sig)} == 1"
-        expr = (f"(\n  {M_VALUE}{_sel(p.exporter_selector, sig)}\n"
+        value_name, back = _value_metric(s)
+        value = f"{value_name}{_sel(p.exporter_selector, sig)}" + (f" * {back}" if back != 1 else "")
+        expr = (f"(\n  {value}\n"
                 f"  and on ({J})\n  {firing}\n)\n"
                 f"# firing without a value still alerts ($value is then 1)\n"
                 f"or on ({J})\n{firing}\n")
@@ -723,7 +733,8 @@ def _signal_test(p: Params, a: Alert) -> dict:
                            "values": _vals(firing)})
         series.append({"series": _series(M_KNOWN, sig), "values": _vals([known] * steps)})
         if val is not None:
-            series.append({"series": _series(M_VALUE, sig), "values": _vals([val] * steps)})
+            value_name, back = _value_metric(s)
+            series.append({"series": _series(value_name, sig), "values": _vals([val / back] * steps)})
     cause = {}
     if s.failure:       # A exports a cause line (joined into the alert's labels), D none
         cause = {"cause_class": "cuda_oom", "cause": "torch.OutOfMemoryError: CUDA out of memory."}
@@ -1286,7 +1297,7 @@ def alerts_md(p: Params) -> str:
         "",
         f"- `alerts/{EXPORTER_RULES}` — for the sidecar: one alert per health signal (it fires when "
         "`sglang_exporter_signal_firing{signal=...}` is 1; the description shows the judged "
-        "`sglang_exporter_signal_value`), the meta alerts that watch the monitoring itself, and fleet "
+        "`sglang_exporter_signal_value_<unit>`), the meta alerts that watch the monitoring itself, and fleet "
         "recording rules.",
         f"- `alerts/{NATIVE_RULES}` — for servers without the sidecar: alerts on SGLang's own `/metrics` "
         "(`--enable-metrics`), with the thresholds compared in PromQL. Load one file or both; the native "
@@ -1365,7 +1376,7 @@ def alerts_md(p: Params) -> str:
         "",
         "- `SGLangExporterDown`: `up == 0` for the sidecar job, or no such target at all (`absent`).",
         "- `SGLangTargetDown`: the sidecar's scrape of SGLang's `/metrics` fails, or no scrape finished for "
-        "2 x (scrape_interval + scrape_timeout) (`sglang_exporter_scrape_success{source=\"sglang_metrics\"} == 0`"
+        "2 x (scrape_interval + scrape_timeout) (`sglang_exporter_source_up{source=\"sglang_metrics\"} == 0`"
         "); the sidecar's log says why (refused, timeout, http 500, protocol, too large, not an exposition).",
         "- `SGLangLogParserDrift`: (unknown_message + malformed) / (lines read − no_sglang_prefix) over "
         f"{defaults.drift_window} above `max_unknown_ratio`; foreign lines never count as drift.",
