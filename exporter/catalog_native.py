@@ -226,12 +226,17 @@ def values_in(release: str) -> frozenset[str]:
 
 @cache
 def family_span(short: str) -> tuple[str, str | None] | None:
-    """(first, last or None) release defining a family (short name, counters without `_total`)."""
-    for name in (short, short + "_total"):
-        first = releases.first_release("sglang:" + name)
-        if first is not None:
-            return first, releases.last_release("sglang:" + name)
-    return None
+    """(first, last or None) release defining a family (short name, counters without `_total`), over both of its
+    spellings: a family that turned from a gauge into a counter (num_transfer_failed_reqs, 0.5.2) is one family
+    defined from its first spelling's first release on, still current while its newer spelling is."""
+    spans = [(first, releases.last_release("sglang:" + name)) for name in (short, short + "_total")
+             if (first := releases.first_release("sglang:" + name)) is not None]
+    if not spans:
+        return None
+    key = releases.version_key
+    first = min((f for f, _ in spans), key=key)
+    lasts = [last for _, last in spans]
+    return first, None if None in lasts else max(lasts, key=key)
 
 
 def _span_text(short: str) -> str:

@@ -133,6 +133,14 @@ def test_no_empty_rank_labels(exposition):
     assert queue[frozenset({"dp": "0", "tp": "1", "pp": "0"}.items())] == 0
 
 
+def test_rank_labels_of_untagged_and_folded_ranks():
+    from exporter.expose import _rank_labels
+    assert _rank_labels((None, None, None)) == ["0", "0", "0"]       # a single-GPU server's unprefixed log
+    assert _rank_labels((None, 3, None)) == ["0", "3", "0"]
+    assert _rank_labels((2, 3, 1)) == ["2", "3", "1"]
+    assert _rank_labels(("other", None, None)) == ["other", "other", "other"]   # ranks past the cap
+
+
 def test_deprecated_metrics_still_exported_and_replaced(exposition):
     text = exposition[0]
     declared = set(re.findall(r"^# TYPE (\S+) ", text, flags=re.M))
