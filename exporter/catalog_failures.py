@@ -8,7 +8,7 @@ alert's description.
 """
 from __future__ import annotations
 
-from exporter.catalog import Advice, AlertSpec, Signal
+from exporter.catalog_model import Advice, AlertSpec, Signal
 
 _CAUSE = "Cause ({{ $labels.cause_class }}): {{ $labels.cause }}."
 

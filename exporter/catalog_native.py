@@ -4,13 +4,16 @@ values each signal needs when /metrics is its only source.
 One table for every reader (the scraper, the signals' unknown reasons, alert and dashboard generation, the
 simulator, the docs). A value names its families by their short name (without `sglang:` / `sglang_`, and a
 counter without `_total`); the first family of a value that a scrape carries wins, so a value lists the
-newest spelling first and every older one after it (renames across releases are one value with two families).
-Which releases define each family is not written here: `exporter.releases` has it, read from SGLang's own
-collector code of every release, and tests/test_native_metrics.py checks this table against it.
+newest spelling first and every older one after it (renames across releases are one value with two families,
+and `replaced_by` names which older spelling the newer one replaced). Which releases define each family is not
+written here: `exporter.releases` has it, read from SGLang's own collector code of every release, and
+tests/test_native_metrics.py checks this table against it. `native_families()` joins the two into one
+lifecycle record per family (first and last release, deprecated, replaced_by): the table the generators and
+the simulator read.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from exporter import releases
@@ -22,6 +25,27 @@ class NativeValue:
     kind: str         # gauge (latest per rank) | counter (summed; state counts its increase) | histogram
     families: tuple   # SGLang's short family names, preferred first (counters without "_total")
     meaning: str
+    # older family -> the family that replaced it (a rename across releases; both are in `families`)
+    replaced_by: dict = field(default_factory=dict)
+    # a gauge SGLang sets once per process (the series carry a `pid` label): the scraper sums them
+    per_process: bool = False
+
+
+@dataclass(frozen=True)
+class NativeFamily:
+    """One SGLang family's lifecycle: the releases defining it and, once gone, what replaced it."""
+    short: str            # without prefix (counters without `_total`)
+    exposed: str          # as Prometheus sees it: `sglang:` + short (+ `_total` for a counter)
+    value: str            # the NativeValue it feeds
+    kind: str             # gauge | counter | histogram
+    first: str | None     # first release defining it (None: no extracted release does)
+    last: str | None      # last release defining it; None while the newest still does
+    replaced_by: str = ""  # the family that took its place (short name), for a rename
+
+    @property
+    def deprecated(self) -> bool:
+        """The newest SGLang release no longer exports it (renamed or dropped): read it for older releases only."""
+        return self.last is not None
 
 
 NATIVE_VALUES: tuple[NativeValue, ...] = (
@@ -37,12 +61,14 @@ NATIVE_VALUES: tuple[NativeValue, ...] = (
     NativeValue("cache_hit_rate", "gauge", ("cache_hit_rate",), "prefix cache hit rate of the last prefill"),
     NativeValue("new_token_ratio", "gauge", ("new_token_ratio",),
                 "the scheduler's estimate of the share of max_new_tokens still to come (rises after retractions)"),
-    NativeValue("paused", "gauge", ("num_paused_reqs",), "requests paused since the last stats report"),
+    NativeValue("paused", "gauge", ("num_paused_reqs",), "requests paused since the last stats report",
+                per_process=True),
     NativeValue("kv_used_tokens", "gauge", ("kv_used_tokens",), "KV tokens in use"),
     NativeValue("kv_available_tokens", "gauge", ("kv_available_tokens",), "KV tokens free"),
     NativeValue("kv_evictable_tokens", "gauge", ("kv_evictable_tokens",), "KV tokens held by the prefix cache "
                 "that can be evicted"),
     NativeValue("max_total_num_tokens", "gauge", ("max_total_num_tokens",), "KV pool capacity in tokens"),
+    NativeValue("used_tokens", "gauge", ("num_used_tokens",), "KV tokens in use (plotted, not judged)"),
     NativeValue("headroom_gb", "gauge", ("startup_available_gpu_memory_gb",),
                 "GPU memory left after start-up, GiB (available_gpu_mem)"),
     NativeValue("weight_memory_gb", "gauge", ("weight_memory_usage_gb",), "GPU memory of the weights, GiB"),
@@ -54,14 +80,16 @@ NATIVE_VALUES: tuple[NativeValue, ...] = (
     NativeValue("spec_accept_rate", "gauge", ("spec_accept_rate",),
                 "speculative decoding: share of draft tokens accepted"),
     NativeValue("retracted_gauge", "gauge", ("num_retracted_reqs",),
-                "requests retracted since the last stats report (0.5.2+; the only retraction metric of 0.5.2-0.5.6)"),
+                "requests retracted since the last stats report (0.5.2+; the only retraction metric of 0.5.2-0.5.6)",
+                per_process=True),
     NativeValue("prefill_bootstrap_queue", "gauge", ("num_prefill_bootstrap_queue_reqs",),
                 "PD prefill: requests waiting for the decode side's bootstrap"),
     NativeValue("prefill_prealloc_queue", "gauge", ("num_prefill_prealloc_queue_reqs",),
                 "PD prefill: requests in the pre-allocation queue (0.4.6-0.5.11)"),
     NativeValue("prefill_inflight_queue", "gauge",
                 ("num_prefill_inflight_queue_reqs", "num_prefill_infight_queue_reqs"),   # misspelt before 0.5.1
-                "PD prefill: requests whose KV is being sent"),
+                "PD prefill: requests whose KV is being sent",
+                replaced_by={"num_prefill_infight_queue_reqs": "num_prefill_inflight_queue_reqs"}),
     NativeValue("decode_prealloc_queue", "gauge", ("num_decode_prealloc_queue_reqs",),
                 "PD decode: requests waiting for KV memory"),
     NativeValue("decode_transfer_queue", "gauge", ("num_decode_transfer_queue_reqs",),
@@ -70,9 +98,10 @@ NATIVE_VALUES: tuple[NativeValue, ...] = (
     NativeValue("generation_tokens", "counter", ("generation_tokens",), "tokens generated"),
     NativeValue("prompt_tokens", "counter", ("prompt_tokens",), "prompt tokens prefilled"),
     NativeValue("cached_tokens", "counter", ("cached_tokens",), "prompt tokens served from the prefix cache"),
+    NativeValue("requests", "counter", ("num_requests",), "requests finished (plotted, not judged)"),
     # the 0.4.9-0.5.2 gauge total_retracted_reqs counts since start-up, as a counter does
     NativeValue("retracted_requests", "counter", ("num_retracted_requests", "total_retracted_reqs"),
-                "requests retracted"),
+                "requests retracted", replaced_by={"total_retracted_reqs": "num_retracted_requests"}),
     # sglang:cuda_graph_passes_total{mode=decode_cuda_graph|decode_none|prefill_...} (0.5.7+), split by mode
     NativeValue("decode_graph_passes", "counter", ("cuda_graph_passes",), "decode forward passes run as a CUDA graph"),
     NativeValue("decode_eager_passes", "counter", ("cuda_graph_passes",), "decode forward passes run without one"),
@@ -81,10 +110,12 @@ NATIVE_VALUES: tuple[NativeValue, ...] = (
     # histograms (buckets summed over series)
     NativeValue("ttft", "histogram", ("time_to_first_token_seconds",), "time to first token"),
     NativeValue("itl", "histogram", ("inter_token_latency_seconds", "time_per_output_token_seconds"),
-                "inter-token latency (time_per_output_token_seconds before 0.4.4)"),
+                "inter-token latency (time_per_output_token_seconds before 0.4.4)",
+                replaced_by={"time_per_output_token_seconds": "inter_token_latency_seconds"}),
     NativeValue("e2e", "histogram", ("e2e_request_latency_seconds",), "end-to-end request latency"),
     NativeValue("queue_time", "histogram", ("queue_time_seconds", "queue_time_s"),
-                "time requests wait in the queue (queue_time_s in 0.5.2)"),
+                "time requests wait in the queue (queue_time_s in 0.5.2)",
+                replaced_by={"queue_time_s": "queue_time_seconds"}),
 )
 NATIVE_BY_NAME = {v.name: v for v in NATIVE_VALUES}
 RETRACTION_VALUES = ("retracted_requests", "retracted_gauge")
@@ -137,6 +168,30 @@ def _exposed_name(short: str) -> str:
     return "sglang:" + short
 
 
+@cache
+def native_families() -> tuple[NativeFamily, ...]:
+    """Every SGLang family the exporter reads, with its lifecycle, in table order (newest spelling first)."""
+    out, done = [], set()
+    for v in NATIVE_VALUES:
+        for short, exposed in zip(v.families, native_metric_names(v.name)):
+            if short in done:       # one family feeding two values (cuda_graph_passes, split by mode)
+                continue
+            done.add(short)
+            span = family_span(short)
+            first, last = span if span is not None else (None, None)
+            out.append(NativeFamily(short, exposed, v.name, v.kind, first, last, v.replaced_by.get(short, "")))
+    return tuple(out)
+
+
+@cache
+def native_family(short: str) -> NativeFamily:
+    """The lifecycle record of one family (short name, counters without `_total`)."""
+    for fam in native_families():
+        if fam.short == short:
+            return fam
+    raise KeyError(f"{short}: not an SGLang family the catalog reads (exporter/catalog_native.py)")
+
+
 # Values fed by only some series of a family: value -> (label, test of its value)
 SERIES_FILTERS = {
     "decode_graph_passes": ("mode", lambda m: m.startswith("decode") and "cuda_graph" in m),
@@ -171,12 +226,17 @@ def values_in(release: str) -> frozenset[str]:
 
 @cache
 def family_span(short: str) -> tuple[str, str | None] | None:
-    """(first, last or None) release defining a family (short name, counters without `_total`)."""
-    for name in (short, short + "_total"):
-        first = releases.first_release("sglang:" + name)
-        if first is not None:
-            return first, releases.last_release("sglang:" + name)
-    return None
+    """(first, last or None) release defining a family (short name, counters without `_total`), over both of its
+    spellings: a family that turned from a gauge into a counter (num_transfer_failed_reqs, 0.5.2) is one family
+    defined from its first spelling's first release on, still current while its newer spelling is."""
+    spans = [(first, releases.last_release("sglang:" + name)) for name in (short, short + "_total")
+             if (first := releases.first_release("sglang:" + name)) is not None]
+    if not spans:
+        return None
+    key = releases.version_key
+    first = min((f for f, _ in spans), key=key)
+    lasts = [last for _, last in spans]
+    return first, None if None in lasts else max(lasts, key=key)
 
 
 def _span_text(short: str) -> str:

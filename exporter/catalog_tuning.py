@@ -5,7 +5,7 @@ and from which release, is catalog_native.SIGNAL_METRICS and docs/signal-sources
 """
 from __future__ import annotations
 
-from exporter.catalog import Advice, AlertSpec, Signal
+from exporter.catalog_model import Advice, AlertSpec, Signal
 
 _LPM = Advice("--schedule-policy", "check", "lpm",
               "Requests share prompt prefixes the cache already holds, but first-come-first-served order does not "

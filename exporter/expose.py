@@ -10,7 +10,7 @@ from collections import Counter
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from exporter.catalog import METRICS_BY_NAME, NS, SIGNALS_BY_ID
+from exporter.catalog import METRICS_BY_NAME, NS, SIGNAL_VALUE_METRICS, SIGNALS_BY_ID
 from exporter.scrape import REJECT_REASONS
 from exporter.sidecar import SGLANG_SOURCE, View
 
@@ -25,7 +25,16 @@ def _family(name: str):
 
 
 def _rank_labels(key: tuple) -> list[str]:
-    return ["" if v is None else str(v) for v in key]
+    """dp, tp, pp label values of a rank key. A rank SGLang does not tag is rank 0 of its kind (SGLang tags a
+    kind only when there are several), so a single-GPU server reads dp="0", tp="0", pp="0", never an empty label;
+    the slot where ranks past the cap are folded reads "other" in all three."""
+    if key and key[0] == "other":
+        return ["other"] * len(key)
+    return ["0" if v is None else str(v) for v in key]
+
+
+# An unprefixed log line comes from a server with one rank: SGLang's TP rank 0.
+SINGLE_RANK = "TP0"
 
 
 def _fmt(value) -> str:
@@ -84,10 +93,17 @@ def families(view: View, errors: Counter | None = None) -> list:
         for sid, j in sorted(snap.judgements.items()):
             fam.add_metric([sid], 1.0 if j.unsupported else 0.0)
 
-    def value(fam):
+    def value(fam):     # deprecated: every unit in one family
         for sid, j in sorted(snap.judgements.items()):
             if j.value is not None:
                 fam.add_metric([sid], _value(j.value))
+
+    def value_in(unit: str, scale: float):
+        def fill(fam):
+            for sid, j in sorted(snap.judgements.items()):
+                if j.value is not None and SIGNALS_BY_ID[sid].value_unit == unit:
+                    fam.add_metric([sid], _value(j.value) * scale)
+        return fill
 
     def duration(fam):
         for sid in sorted(snap.judgements):
@@ -98,6 +114,8 @@ def families(view: View, errors: Counter | None = None) -> list:
     build(f"{NS}_signal_firing", firing)
     build(f"{NS}_signal_known", known)
     build(f"{NS}_signal_unsupported", unsupported)
+    for unit, (name, scale) in SIGNAL_VALUE_METRICS.items():
+        build(name, value_in(unit, scale))
     build(f"{NS}_signal_value", value)
     build(f"{NS}_signal_state_duration_seconds", duration)
 
@@ -132,7 +150,7 @@ def families(view: View, errors: Counter | None = None) -> list:
 
     def rank_headroom(fam):
         for g in (view.server or {}).get("gpu_headroom", ()):
-            fam.add_metric([g["rank"]], _value(g["bytes"]))
+            fam.add_metric([g["rank"] or SINGLE_RANK], _value(g["bytes"]))
     build(f"{NS}_rank_gpu_headroom_bytes", rank_headroom)
     gauge("retractions_per_minute", view.retractions_per_minute)
     gauge("last_batch_age_seconds", view.last_batch_age)

@@ -33,7 +33,7 @@ for _v in NATIVE_VALUES:
     for _f in _v.families:
         _BY_FAMILY.setdefault(_f, []).append((_v.name, _v.kind, _v.families.index(_f)))
 _COUNTERS = tuple(v.name for v in NATIVE_VALUES if v.kind == "counter")
-_SUMMED_GAUGES = frozenset(("retracted_gauge", "paused"))   # one series per process (pid label): they add up
+_SUMMED_GAUGES = frozenset(v.name for v in NATIVE_VALUES if v.per_process)   # one series per pid: they add up
 MAX_SEEN = 512         # SGLang family names kept per scrape (to tell the release's families; bounded)
 HISTOGRAMS = tuple(f for v in NATIVE_VALUES if v.kind == "histogram" for f in v.families)
 REJECT_REASONS = ("non_finite", "out_of_range", "bad_le")

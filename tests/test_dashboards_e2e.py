@@ -33,6 +33,7 @@ from helpers import free_port, require_tool, wait_until
 
 from exporter import catalog
 from exporter.generate import dashboards as gen
+from exporter.sidecar import SGLANG_SOURCE
 
 pytestmark = pytest.mark.real
 
@@ -132,6 +133,8 @@ def exporter_exposition(tick: int) -> str:
             rows = [{}]
             for label in m.labels:
                 values = [SCRAPE_SOURCE] if label == "source" and "scrape" in m.name else LABEL_VALUES[label]
+                if label == "source" and m.name.endswith("_source_up"):     # log files and the scrape alike
+                    values = [*LABEL_VALUES[label], SGLANG_SOURCE]
                 rows = [{**r, label: v} for r in rows for v in values]
         for i, r in enumerate(rows):
             if m.type == "counter":

@@ -1,73 +1,19 @@
-"""Golden exposition of a Sidecar over a fixed small log, family names against catalog.METRICS, and
-`promtool check metrics` on the output. Regenerate the golden file with UPDATE_GOLDEN=1."""
+"""Golden exposition of a Sidecar over a fixed small log, family names against catalog.METRICS, the naming
+rules, and `promtool check metrics` on the output. No test writes a file: regenerate the golden exposition with
+`.venv/bin/python tests/golden_exposition.py`, docs/metrics.md with `sglang-exporter generate`."""
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
+from golden_exposition import GOLDEN, normalise, render
 from helpers import require_tool
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.catalog import METRICS, METRICS_BY_NAME
-from exporter.config import Config
-from exporter.expose import SidecarCollector
-from exporter.sidecar import Sidecar
-
-GOLDEN = Path(__file__).parent / "golden" / "exposition.txt"
-T = 1_754_932_623.0       # 2025-08-11 17:17:03 UTC
-
-LOG = """\
-this line is not sglang at all
-[2025-08-11 17:17:00] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-8B-Instruct', served_model_name='llama-8b', tp_size=2, schedule_conservativeness=1.0, max_running_requests=None, cuda_graph_max_bs=8, mem_fraction_static=0.88, chunked_prefill_size=8192)
-[2025-08-11 17:17:01 TP0] max_total_num_tokens=130000, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=4097, context_len=131072, available_gpu_mem=13.50 GB
-[2025-08-11 17:17:02] The server is fired up and ready to roll!
-[2025-08-11 17:17:03 TP0] Prefill batch, #new-seq: 3, #new-token: 4012, #cached-token: 1280, token usage: 0.21, #running-req: 5, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 15342.77
-[2025-08-11 17:17:03 TP0] Decode batch, #running-req: 5, #token: 26740, token usage: 0.21, cuda graph: False, gen throughput (token/s): 1834.27, #queue-req: 0
-[2025-08-11 17:17:03 TP1] Decode batch, #running-req: 5, #token: 26740, token usage: 0.21, cuda graph: False, gen throughput (token/s): 1834.27, #queue-req: 0
-[2025-08-11 17:17:04 TP0] Decode batch, #running-req: 5, #token: 26740, token usage: 0.22, cuda graph: False, gen throughput (token/s): 1900.00, #queue-req: 0
-[2025-08-11 17:17:05 TP0] Decode batch, #running-req: 5, #token: 26740, token usage: 0.23, cuda graph: False, gen throughput (token/s): 1950.50, #queue-req: 0
-[2025-08-11 17:17:06 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 2048, #new_token_ratio: 0.9998 -> 1.0000
-[2025-08-11 17:17:06 TP1] KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 2048, #new_token_ratio: 0.9998 -> 1.0000
-[2025-08-11 17:17:07 TP0] Decode out of memory. Try to lower your batch size.
-Try to allocate 5 tokens.
-Available tokens: 3 (available_size=3 + evictable_size=0)
-[2025-08-11 17:17:08 TP0] Some message nobody knows about
-"""
-
-
-class Clock:
-    def __init__(self, t):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-
-def render(tmp_path) -> tuple[str, str]:
-    log = tmp_path / "sglang.log"
-    log.write_text(LOG)
-    clock = Clock(T)
-    sc = Sidecar(Config(log_files=(str(log),), from_start=True), clock=clock)
-    sc.poll_logs_once()
-    clock.t += 1
-    sc.poll_logs_once()          # idle pass flushes the pending multi-line record
-    clock.t += 9
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(SidecarCollector(sc))
-    text = generate_latest(reg).decode()
-    sc.shutdown()
-    return text, str(log)
-
-
-def normalise(text: str, log_path: str) -> str:
-    text = text.replace(log_path, "LOG")
-    text = re.sub(r'(sglang_exporter_build_info\{python=")[^"]*(",version=")[^"]*"', r'\1X\2X"', text)
-    text = re.sub(r"^(sglang_exporter_scrape_duration_seconds\{[^}]*\}) .*$", r"\1 X", text, flags=re.M)
-    return text
+from exporter.catalog import METRICS, METRICS_BY_NAME, SIGNAL_VALUE_METRICS, SIGNALS_BY_ID
+from exporter.generate import metrics_doc
 
 
 @pytest.fixture
@@ -77,10 +23,8 @@ def exposition(tmp_path):
 
 def test_golden_exposition(exposition):
     text = normalise(*exposition)
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert GOLDEN.exists(), "run with UPDATE_GOLDEN=1 to create tests/golden/exposition.txt"
-    assert text == GOLDEN.read_text(), "exposition changed; if intended, regenerate with UPDATE_GOLDEN=1"
+    assert text == GOLDEN.read_text(), \
+        "exposition changed; if intended, run .venv/bin/python tests/golden_exposition.py and review the diff"
 
 
 def test_golden_content_is_meaningful(exposition):
@@ -148,39 +92,82 @@ def test_promtool_check_metrics(exposition):
         proc.stdout + proc.stderr
 
 
-# ---------------------------------------------------------------------------------------------- docs/metrics.md
-METRICS_DOC = Path(__file__).parent.parent / "docs" / "metrics.md"
+def _samples(text: str, name: str) -> dict:
+    """{frozenset(labels): value} of one metric's samples."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name:
+                out[frozenset(s.labels.items())] = s.value
+    return out
 
 
-def metrics_doc() -> str:
-    from exporter.catalog import SIGNALS
-    out = ["# Metrics", "",
-           "<!-- Generated from exporter/catalog.py (METRICS, SIGNALS) by tests/test_expose.py; regenerate with",
-           "     UPDATE_GOLDEN=1 pytest tests/test_expose.py. Do not edit by hand. -->", "",
-           "Everything `sglang-exporter serve` exposes on `/metrics` (besides the standard `process_*` "
-           "collector). Names follow Prometheus' exporter rules: `snake_case`, base units, `_total` only on "
-           "counters, no colons. A family may be empty (for example `sglang_exporter_signal_firing` has no "
-           "series for a signal that cannot be judged; `sglang_exporter_scrape_success` has none when no "
-           "`--sglang-url` is configured).", "",
-           "| metric | type | labels | help |", "|---|---|---|---|"]
+def test_signal_values_one_family_per_unit(exposition):
+    text = exposition[0]
+    old = {dict(k)["signal"]: v for k, v in _samples(text, "sglang_exporter_signal_value").items()}
+    assert old, "the fixture judges some signals"
+    seen = {}
+    for unit, (name, scale) in SIGNAL_VALUE_METRICS.items():
+        for labels, v in _samples(text, name).items():
+            sid = dict(labels)["signal"]
+            assert SIGNALS_BY_ID[sid].value_unit == unit, (name, sid)
+            assert v == pytest.approx(old[sid] * scale)
+            seen[sid] = v
+    # every judged value is in exactly one unit family; the deprecated family still carries all of them
+    assert set(seen) == set(old)
+    per_second = _samples(text, "sglang_exporter_signal_value_per_second")
+    assert {dict(k)["signal"] for k in per_second} >= {"retractions_frequent", "retraction_storm"}
+    assert per_second[frozenset({"signal": "retraction_storm"}.items())] == pytest.approx(
+        old["retraction_storm"] / 60)
+
+
+def test_no_empty_rank_labels(exposition):
+    """A log tagged TP0/TP1 only (no DP or PP tags) still names every rank: dp and pp "0", never ""."""
+    text = exposition[0]
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            for k, v in s.labels.items():
+                if k in ("dp", "tp", "pp", "rank"):
+                    assert v != "", s
+    queue = _samples(text, "sglang_exporter_queue_requests")
+    assert queue[frozenset({"dp": "0", "tp": "1", "pp": "0"}.items())] == 0
+
+
+def test_rank_labels_of_untagged_and_folded_ranks():
+    from exporter.expose import _rank_labels
+    assert _rank_labels((None, None, None)) == ["0", "0", "0"]       # a single-GPU server's unprefixed log
+    assert _rank_labels((None, 3, None)) == ["0", "3", "0"]
+    assert _rank_labels((2, 3, 1)) == ["2", "3", "1"]
+    assert _rank_labels(("other", None, None)) == ["other", "other", "other"]   # ranks past the cap
+
+
+def test_deprecated_metrics_still_exported_and_replaced(exposition):
+    text = exposition[0]
+    declared = set(re.findall(r"^# TYPE (\S+) ", text, flags=re.M))
+    deprecated = [m for m in METRICS if m.deprecated]
+    assert {m.name for m in deprecated} == {"sglang_exporter_retractions_per_minute",
+                                            "sglang_exporter_signal_value", "sglang_exporter_scrape_success"}
+    current = {m.name for m in METRICS if not m.deprecated}
+    for m in deprecated:
+        if m.name != "sglang_exporter_scrape_success":      # the fixture has no --sglang-url
+            assert m.name in declared, m.name
+        assert any(c in m.replaced_by for c in current), m.name
+    assert not any("per_minute" in m.name for m in METRICS if not m.deprecated)
+
+
+def test_docs_mark_deprecated_metrics():
+    text = metrics_doc.render(None)[metrics_doc.PATH]
     for m in METRICS:
-        labels = ", ".join(f"`{label}`" for label in m.labels) or "—"
-        out.append(f"| `{m.name}` | {m.type} | {labels} | {m.help.replace('|', '/')} |")
-    out += ["", "Rank labels `dp`, `tp`, `pp` are the rank tags of the SGLang log line (empty when the line has "
-            "none); at most 64 label sets are kept, later ones share `dp=\"other\"`.", "",
-            "## Signals", "",
-            "Values of the `signal` label, with the unit of `sglang_exporter_signal_value`:", "",
-            "| signal | severity | unit | window | rule |", "|---|---|---|---|---|"]
-    for s in SIGNALS:
-        window = f"{s.window_seconds:g} s" if s.window_seconds else "epoch"
-        out.append(f"| `{s.id}` | {s.severity} | {s.value_unit} | {window} | {s.formula.replace('|', '/')} |")
-    return "\n".join(out) + "\n"
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{m.name}` |"))
+        assert ("**deprecated**" in row) == bool(m.deprecated), row
+
+
+# ---------------------------------------------------------------------------------------------- docs/metrics.md
+METRICS_DOC = Path(__file__).parent.parent / metrics_doc.PATH
 
 
 def test_metrics_doc_is_generated_from_catalog():
-    text = metrics_doc()
-    if os.environ.get("UPDATE_GOLDEN"):
-        METRICS_DOC.write_text(text)
-    assert METRICS_DOC.read_text() == text, "docs/metrics.md is stale: UPDATE_GOLDEN=1 pytest tests/test_expose.py"
+    text = metrics_doc.render(None)[metrics_doc.PATH]
+    assert METRICS_DOC.read_text() == text, "docs/metrics.md is stale: run `sglang-exporter generate`"
     for m in METRICS:
         assert f"`{m.name}`" in text

@@ -305,7 +305,7 @@ def test_promtool_accepts_an_exposition_with_dropped_families():
                 unparsed={"value_out_of_range": 2}, events_total={"decode_batch": 10}, scrape=None)
     errors: Counter = Counter()
     text = _expose(view, errors)
-    assert set(errors) == {f"{NS}_signal_value", f"{NS}_queue_requests", f"{NS}_gen_throughput_tokens_per_second",
+    assert set(errors) == {f"{NS}_signal_value", f"{NS}_signal_value_seconds", f"{NS}_queue_requests", f"{NS}_gen_throughput_tokens_per_second",
                            f"{NS}_gpu_headroom_bytes", f"{NS}_retractions_total", f"{NS}_retracted_requests_total",
                            f"{NS}_sglang_info"}
     assert f'{NS}_exposition_errors_total{{family="{NS}_queue_requests"}} 1.0' in text

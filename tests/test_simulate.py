@@ -10,7 +10,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import simulate
+from exporter.catalog_native import NATIVE_BY_NAME, family_values
+from exporter.config import Config
 from exporter.ingest.grammar import Parser
+from exporter.sidecar import Sidecar
 from exporter.simulate import (
     FAMILIES,
     LineWriter,
@@ -80,6 +83,9 @@ def test_load_by_path(tmp_path):
     ("phases: []\n", "bad.yaml: phases:"),
     ("colour: red\n", "bad.yaml: colour: unknown key"),
     ("phases: [\n", "bad.yaml: invalid YAML"),
+    ("phases:\n  - {pd_queue: -3}\n", "bad.yaml: phases[0].pd_queue:"),
+    ("phases:\n  - {spec_accept_length: 0.5}\n", "bad.yaml: phases[0].spec_accept_length:"),
+    ("server_args: {disaggregation_mode: both}\n", "bad.yaml: server_args.disaggregation_mode:"),
 ])
 def test_bad_scenario_names_file_and_key(tmp_path, body, message):
     f = tmp_path / "bad.yaml"
@@ -333,6 +339,140 @@ def test_metrics_label_sets_by_family():
         labels = fams["sglang:num_running_reqs"].samples[0].labels
         assert ("tp_rank" in labels) == has_rank and ("pp_rank" in labels) == has_rank
         assert ("sglang:num_retracted_requests" in fams) == has_retracted
+
+
+def _value(fams, name, **labels):
+    """The one sample of `name` (a family or a sample name) with these labels (None when absent)."""
+    for fam in fams.values():
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("sglang:").removesuffix("_total")
+
+
+def test_exposition_names_come_from_the_catalog_table():
+    """Every SGLang family the simulator exposes is one the catalog reads, under the spelling of the
+    simulated release; 0.5.23 exposes the newer families a metrics-only sidecar judges."""
+    known = family_values()
+    for fmt in FAMILIES:
+        sim = Simulator(load_scenario("retraction_storm"), start=WHEN, fmt=fmt)
+        sim.lines_until(90)
+        fams = _families(sim.metrics_text())
+        assert fams and all(_short(n) in known for n in fams), sorted(n for n in fams if _short(n) not in known)
+    newest = set(fams)
+    for name in ("cached_tokens", "cache_hit_rate", "queue_time_seconds", "max_total_num_tokens",
+                 "startup_available_gpu_memory_gb", "new_token_ratio", "num_paused_reqs", "kv_used_tokens",
+                 "kv_available_tokens", "kv_evictable_tokens", "spec_accept_length", "spec_accept_rate",
+                 "num_prefill_bootstrap_queue_reqs", "num_prefill_inflight_queue_reqs",
+                 "num_decode_prealloc_queue_reqs", "num_decode_transfer_queue_reqs", "num_retracted_reqs"):
+        assert f"sglang:{name}" in newest, name
+    # 0.3 stands for SGLang 0.3.6, before inter_token_latency_seconds replaced time_per_output_token_seconds
+    sim = Simulator(load_scenario("healthy_offline"), start=WHEN, fmt="0.3")
+    sim.lines_until(30)
+    old = _families(sim.metrics_text())
+    assert "sglang:time_per_output_token_seconds" in old and "sglang:inter_token_latency_seconds" not in old
+    assert NATIVE_BY_NAME["itl"].replaced_by == {"time_per_output_token_seconds": "inter_token_latency_seconds"}
+
+
+def test_kv_tokens_split_capacity_as_sglang_counts():
+    sim = Simulator(load_scenario("retraction_storm"), start=WHEN)
+    sim.lines_until(200)
+    fams = _families(sim.metrics_text())
+    cap = _value(fams, "sglang:max_total_num_tokens")
+    used, free, evictable = (_value(fams, f"sglang:kv_{k}_tokens") for k in ("used", "available", "evictable"))
+    assert cap == sim.max_total_num_tokens > 0
+    assert used + free + evictable == cap
+    assert used == round(_value(fams, "sglang:token_usage") * cap)
+    assert evictable == round((cap - used) * 0.25)          # the scenario's default cache_hit_rate
+    assert _value(fams, "sglang:startup_available_gpu_memory_gb") == sim.scenario.available_gpu_mem_gb
+    assert _value(fams, "sglang:num_paused_reqs") == 0
+
+
+def test_new_token_ratio_jumps_at_a_retraction_then_decays():
+    sim = Simulator(load_scenario("retraction_storm"), start=WHEN)
+    sim.lines_until(30)                    # the calm minute: decaying from 0.7 x conservativeness
+    calm = _value(_families(sim.metrics_text()), "sglang:new_token_ratio")
+    c = sim.args["schedule_conservativeness"]
+    assert calm == pytest.approx(max(0.14 * c, 0.7 * c - 29 * 0.001))     # first tick at second 1
+    lines = []
+    while not any("Retract requests" in line for line in lines):
+        lines = sim.lines_until(sim.now + 1)
+    after = float(next(line for line in lines if "Retract requests" in line).rsplit("-> ", 1)[1])
+    assert _value(_families(sim.metrics_text()), "sglang:new_token_ratio") == pytest.approx(after, abs=1e-4)  # 4 digits
+    retracted = sum(int(line.split("#retracted_reqs: ")[1].split(",")[0]) for line in lines
+                    if "Retract requests" in line and " TP0]" in line)
+    assert _value(_families(sim.metrics_text()), "sglang:num_retracted_reqs") == retracted
+
+
+def test_queue_time_follows_the_queue():
+    """Little's law: the overloaded queue waits far longer than the empty online one."""
+    def median_bucket(name):
+        sim = Simulator(load_scenario(name), start=WHEN)
+        sim.lines_until(120)
+        fam = _families(sim.metrics_text())["sglang:queue_time_seconds"]
+        buckets = [(float(s.labels["le"]), s.value) for s in fam.samples if s.name.endswith("_bucket")]
+        total = buckets[-1][1]
+        assert total > 0
+        return next(le for le, c in buckets if c >= total / 2)
+    assert median_bucket("healthy_online") <= 0.1
+    assert median_bucket("queue_overloaded") >= 30
+
+
+def test_speculative_and_pd_figures_come_from_the_scenario():
+    sc = parse_scenario({"server_args": {"disaggregation_mode": "decode"},
+                         "phases": [{"duration": 30, "spec_accept_length": 2.5, "pd_queue": 100}]}, "pd", "pd.yaml")
+    sim = Simulator(sc, start=WHEN)
+    sim.lines_until(20)
+    fams = _families(sim.metrics_text())
+    assert _value(fams, "sglang:spec_accept_length") == 2.5
+    assert _value(fams, "sglang:spec_accept_rate") == pytest.approx(1.5 / 4)
+    assert _value(fams, "sglang:num_decode_prealloc_queue_reqs") == 100
+    assert _value(fams, "sglang:num_decode_transfer_queue_reqs") == 50
+    assert _value(fams, "sglang:num_prefill_bootstrap_queue_reqs") == 0
+    # off by default: a healthy server exports zeros (SGLang does too)
+    sim = Simulator(load_scenario("healthy_offline"), start=WHEN)
+    sim.lines_until(20)
+    fams = _families(sim.metrics_text())
+    assert _value(fams, "sglang:spec_accept_length") == 0 and _value(fams, "sglang:num_decode_prealloc_queue_reqs") == 0
+
+
+class _Clock:
+    def __init__(self, t):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def test_metrics_only_sidecar_judges_the_newer_signals():
+    """A sidecar given no log, scraping the simulator over HTTP: the newer signals are judged, not unknown."""
+    sc = parse_scenario({"server_args": {"disaggregation_mode": "prefill"},
+                         "phases": [{"duration": 600, "queue": [400, 900], "running": [220, 256],
+                                     "token_usage": [0.97, 1.0], "spec_accept_length": 1.2, "pd_queue": 200}]},
+                        "pressure", "pressure.yaml")
+    sim = Simulator(sc, start=WHEN)
+    server = serve_metrics(sim, "127.0.0.1", 0)
+    clock = _Clock(1_754_932_623.0)
+    car = Sidecar(Config(sglang_url=f"http://127.0.0.1:{server.server_address[1]}", scrape_timeout=2.0),
+                  clock=clock)
+    try:
+        for k in range(1, 13):
+            sim.lines_until(k * 15)
+            clock.t += 15
+            car.scrape_once()
+        judged = car.view().snapshot.judgements
+    finally:
+        car.shutdown()
+        server.shutdown()
+        server.server_close()
+    for sid in ("kv_pressure", "spec_accept_low", "pd_backlog"):
+        assert judged[sid].firing is True, (sid, judged[sid])
+    assert judged["gpu_headroom_low"].firing is False and judged["gpu_headroom_high"].firing is False
+    assert judged["queue_above_range"].firing is False
 
 
 def test_restart_resets_counters():

@@ -175,7 +175,7 @@ def value(exposed: dict, name: str, **labels):
     return exposed.get((name, tuple(sorted(labels.items()))))
 
 
-RANK = {"dp": "", "tp": "0", "pp": "0"}
+RANK = {"dp": "0", "tp": "0", "pp": "0"}     # an untagged rank is rank 0 of its kind
 PER_RANK = ("sglang_exporter_queue_requests", "sglang_exporter_running_requests",
             "sglang_exporter_token_usage_ratio")
 

@@ -29,7 +29,7 @@ def alerts_md(settings: RuleSettings) -> str:
         "",
         f"- `alerts/{EXPORTER_RULES}` — for the sidecar: one alert per health signal (it fires when "
         "`sglang_exporter_signal_firing{signal=...}` is 1; the description shows the judged "
-        "`sglang_exporter_signal_value`), the meta alerts that watch the monitoring itself, and fleet "
+        "`sglang_exporter_signal_value_<unit>`), the meta alerts that watch the monitoring itself, and fleet "
         "recording rules.",
         f"- `alerts/{NATIVE_RULES}` — for servers without the sidecar: alerts on SGLang's own `/metrics` "
         "(`--enable-metrics`), with the thresholds compared in PromQL. Load one file or both; the native "
@@ -113,7 +113,7 @@ def alerts_md(settings: RuleSettings) -> str:
         "",
         "- `SGLangExporterDown`: `up == 0` for the sidecar job, or no such target at all (`absent`).",
         "- `SGLangTargetDown`: the sidecar's scrape of SGLang's `/metrics` fails, or no scrape finished for "
-        "2 x (scrape_interval + scrape_timeout) (`sglang_exporter_scrape_success{source=\"sglang_metrics\"} == 0`"
+        "2 x (scrape_interval + scrape_timeout) (`sglang_exporter_source_up{source=\"sglang_metrics\"} == 0`"
         "); the sidecar's log says why (refused, timeout, http 500, protocol, too large, not an exposition).",
         "- `SGLangLogParserDrift`: (unknown_message + malformed) / (lines read − no_sglang_prefix) over "
         f"{defaults.drift_window} above `alerts.max_unknown_ratio`; foreign lines never count as drift.",

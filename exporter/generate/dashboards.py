@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from exporter.catalog import GIB, META_ALERTS, NS, SIGNALS, SIGNALS_BY_ID
+from exporter.catalog import GIB, META_ALERTS, NS, SIGNAL_VALUE_METRICS, SIGNALS, SIGNALS_BY_ID
 from exporter.catalog_native import family_span
 from exporter.generate.yamlout import BlockDumper
 from exporter.releases import short_metric
@@ -325,7 +325,8 @@ def overview_panels() -> list:
               good=f"at most {_num(r_freq)} per minute (occasional retractions are fine).",
               bad=f"above {_num(r_freq)}: increase --schedule-conservativeness (e.g. 1.3); at {_num(r_storm)} or "
                   "more it is a storm: also lower --max-running-requests.",
-              targets=[Target(f"max by ({BY}) ({NS}_retractions_per_minute{{{SEL}}})", "{{instance}}")],
+              targets=[Target(f"60 * max by ({BY}) ({NS}_signal_value_per_second{{{SEL}, "
+                              f"signal=\"retractions_frequent\"}})", "{{instance}}")],
               steps=[(None, "green"), (r_freq, "yellow"), (r_storm, "red")]),
         row("Health signals"),
         Panel("Signals", "state-timeline", "none", w=24, h=10,
@@ -366,13 +367,15 @@ def overview_panels() -> list:
                                    "signals": "Signals"}}),
         Panel("Signal details", "table", "short", w=16, h=8,
               shows="Per signal: firing or not, the value it judges (unit per signal: "
-                    + "; ".join(f"{s.id} {s.value_unit}" for s in SIGNALS)
+                    + "; ".join(f"{s.id} {SIGNAL_VALUE_METRICS[s.value_unit][0].removeprefix(NS + '_signal_value_')}"
+                                for s in SIGNALS)
                     + ") and how long it has been in its current state.",
               good="firing 0 everywhere; long durations in the ok state.",
               bad="a signal that flips state every few minutes sits on its threshold: tune the threshold in "
                   "the exporter config or fix the cause.",
               targets=[Target(f"max by ({BY}, signal) ({NS}_signal_firing{{{SEL}}})", table=True),
-                       Target(f"max by ({BY}, signal) ({NS}_signal_value{{{SEL}}})", table=True),
+                       Target(" or ".join(f"max by ({BY}, signal) ({name}{{{SEL}}})"
+                                          for name, _ in SIGNAL_VALUE_METRICS.values()), table=True),
                        Target(f"max by ({BY}, signal) ({NS}_signal_state_duration_seconds{{{SEL}}})",
                               table=True)],
               organize={"exclude": ["Time"],
@@ -461,7 +464,8 @@ def detail_panels() -> list:
               bad=f"above {_num(r_freq)}: increase --schedule-conservativeness (e.g. 1.3); at {_num(r_storm)} "
                   "or more (retraction storm, pages): also lower --max-running-requests and check "
                   "--mem-fraction-static.",
-              targets=[Target(f"max by ({BY}) ({NS}_retractions_per_minute{{{SEL}}})", "{{instance}} window"),
+              targets=[Target(f"60 * max by ({BY}) ({NS}_signal_value_per_second{{{SEL}, "
+                              f"signal=\"retractions_frequent\"}})", "{{instance}} window"),
                        Target(f"60 * sum by ({BY}) (rate({NS}_retractions_total{{{SEL}}}[$__rate_interval]))",
                               "{{instance}} rate")],
               steps=[(None, "transparent"), (r_freq, "yellow"), (r_storm, "red")], style="dashed"),
@@ -500,7 +504,7 @@ def detail_panels() -> list:
                     "cuda_graph_off_small_batch.",
               good=f"below {_num(cuda['min_samples'])}.",
               bad="raise --cuda-graph-max-bs (costs some GPU memory), check CUDA graph is not disabled.",
-              targets=[Target(f"max by ({BY}) ({NS}_signal_value{{{SEL}, "
+              targets=[Target(f"max by ({BY}) ({NS}_signal_value_number{{{SEL}, "
                               f"signal=\"cuda_graph_off_small_batch\"}})", "{{instance}}")],
               steps=[(None, "transparent"), (cuda["min_samples"], "orange")], style="dashed"),
         Panel("OOMs, watchdog timeouts and restarts", "timeseries", "short", min=0,
@@ -640,7 +644,7 @@ def detail_panels() -> list:
               good="1.",
               bad="0: SGLang is down, not started with --enable-metrics, or --sglang-url is wrong; the sidecar's "
                   "log says why.",
-              targets=[Target(f"min by ({BY}, source) ({NS}_scrape_success{{{SEL}}})",
+              targets=[Target(f"min by ({BY}, source) ({NS}_source_up{{{SEL}, source=\"sglang_metrics\"}})",
                               "{{instance}} {{source}}")]),
         Panel("SGLang /metrics scrape duration", "timeseries", "s", min=0,
               shows="How long the sidecar's last scrape of SGLang's /metrics took.",

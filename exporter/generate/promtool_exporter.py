@@ -36,11 +36,11 @@ from exporter.generate.rules import (
     M_SOURCE_UP,
     M_STALE,
     M_UNPARSED,
-    M_VALUE,
     NOISE_REASON,
     WATCHDOG,
     Alert,
     exporter_recording_rules,
+    value_metric,
 )
 from exporter.generate.settings import RuleSettings
 
@@ -73,7 +73,8 @@ def signal_test(settings: RuleSettings, a: Alert) -> dict:
                            "values": values_text(firing)})
         series.append({"series": series_text(M_KNOWN, sig), "values": values_text([known] * steps)})
         if val is not None:
-            series.append({"series": series_text(M_VALUE, sig), "values": values_text([val] * steps)})
+            value_name, back = value_metric(s)
+            series.append({"series": series_text(value_name, sig), "values": values_text([val / back] * steps)})
     cause = {}
     if s.failure:       # pod_a exports a cause line (joined into the alert's labels), pod_d none
         cause = {"cause_class": "cuda_oom", "cause": "torch.OutOfMemoryError: CUDA out of memory."}

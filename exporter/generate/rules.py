@@ -69,7 +69,15 @@ def _metric(name: str) -> str:
 
 M_FIRING = _metric(f"{catalog.NS}_signal_firing")
 M_KNOWN = _metric(f"{catalog.NS}_signal_known")
-M_VALUE = _metric(f"{catalog.NS}_signal_value")
+
+
+def value_metric(s) -> tuple[str, float]:
+    """The family carrying a signal's judged value and the factor back to the unit its thresholds and
+    alert texts use (the retraction signals: per second, x 60 for per minute)."""
+    name, scale = catalog.signal_value_metric(s.value_unit)
+    return _metric(name), round(1 / scale)
+
+
 M_CAUSE = _metric(f"{catalog.NS}_failure_cause_info")
 M_RETR = _metric(f"{catalog.NS}_retractions_total")
 M_RETR_REQ = _metric(f"{catalog.NS}_retracted_requests_total")
@@ -79,7 +87,7 @@ M_UNPARSED = _metric(f"{catalog.NS}_log_lines_unparsed_total")
 M_EVENTS = _metric(f"{catalog.NS}_log_events_total")
 M_SOURCE_UP = _metric(f"{catalog.NS}_source_up")
 M_STALE = _metric(f"{catalog.NS}_log_source_stale")
-M_SCRAPE = _metric(f"{catalog.NS}_scrape_success")
+M_SCRAPE = _metric(f"{catalog.NS}_source_up")     # of source="sglang_metrics": did the last scrape work
 M_INFO = _metric(f"{catalog.NS}_sglang_info")
 DRIFT_REASONS = ("unknown_message", "malformed")   # SGLang-prefixed lines we could not read
 NOISE_REASON = "no_sglang_prefix"                   # foreign lines: never drift
@@ -114,7 +122,9 @@ def signal_alerts(settings: RuleSettings) -> list[Alert]:
             continue
         signal_match = f'signal="{s.id}"'
         firing = f"{M_FIRING}{sel(settings.exporter_selector, signal_match)} == 1"
-        expr = (f"(\n  {M_VALUE}{sel(settings.exporter_selector, signal_match)}\n"
+        value_name, back = value_metric(s)
+        value = f"{value_name}{sel(settings.exporter_selector, signal_match)}" + (f" * {back}" if back != 1 else "")
+        expr = (f"(\n  {value}\n"
                 f"  and on ({join})\n  {firing}\n)\n"
                 f"# firing without a value still alerts ($value is then 1)\n"
                 f"or on ({join})\n{firing}\n")

@@ -60,7 +60,7 @@ SIGNAL_QUERIES = {
     "queue_below_range": ["sglang_exporter_queue_requests{sel}"],
     "queue_above_range": ["sglang_exporter_queue_requests{sel}"],
     "kv_cache_underused": ["sglang_exporter_token_usage_ratio{sel}", "sglang_exporter_queue_requests{sel}"],
-    "retractions_frequent": ["sglang_exporter_retractions_per_minute{sel}",
+    "retractions_frequent": ["rate(sglang_exporter_retractions_total{sel}[10m]) * 60",
                              "rate(sglang_exporter_retracted_requests_total{sel}[10m]) * 60"],
     "retraction_storm": ["rate(sglang_exporter_retractions_total{sel}[5m]) * 60",
                          "sglang_exporter_token_usage_ratio{sel}", "sglang_exporter_running_requests{sel}"],
@@ -115,8 +115,7 @@ META_DIAGNOSIS = {
         "scrape configuration. While it is down, every SGLang health alert of this server is blind: watch "
         "SGLang's own `/metrics` (the `SGLangNative…` alerts) meanwhile."),
     "SGLangTargetDown": (
-        ['sglang_exporter_scrape_success{sel_src}', 'sglang_exporter_scrape_duration_seconds{sel_src}',
-         'sglang_exporter_source_up{sel}'],
+        ['sglang_exporter_source_up{sel}', 'sglang_exporter_scrape_duration_seconds{sel_src}'],
         "Is SGLang running and started with `--enable-metrics`? From the sidecar, `curl "
         "http://127.0.0.1:30000/metrics` (the port is SGLang's `--port`). A process that crashed prints "
         "`Scheduler hit an exception` or `Received sigquit from a child process` in its log.",
@@ -264,9 +263,11 @@ def _signal_page(a, settings, native=False) -> str:
     lines += ["## Impact", "", s.impact, "", "## Diagnosis", ""]
     sel_sig = _exporter_sel(settings, f'signal="{s.id}"')
     if not native:
+        value_metric = catalog.signal_value_metric(s.value_unit)[0]
         lines += ["1. Confirm what the sidecar judged (value in the signal's unit: "
-                  f"{s.value_unit}), and the advice it derived with the flag's current value:", "",
-                  *_promql_block([f"sglang_exporter_signal_value{sel_sig}",
+                  f"{value_metric.removeprefix(catalog.NS + '_signal_value_')}), and the advice it derived with "
+                  "the flag's current value:", "",
+                  *_promql_block([f"{value_metric}{sel_sig}",
                                   f"sglang_exporter_signal_known{sel_sig}",
                                   f'sglang_exporter_advice_info{{{settings.exporter_selector}, '
                                   f'signals=~".*{s.id}.*"}}']),

@@ -1,0 +1,74 @@
+"""docs/metrics.md: every metric the exporter exposes, with its lifecycle, and the SGLang families it reads,
+from the catalog (catalog_metrics, the signals, catalog_native)."""
+from __future__ import annotations
+
+
+from exporter.catalog import METRICS, SIGNAL_VALUE_METRICS, SIGNALS
+from exporter.catalog_native import native_families, native_family
+
+PATH = "docs/metrics.md"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "/")
+
+
+def render(config=None) -> dict[str, str]:
+    """{"docs/metrics.md": text}. The text depends on the catalog only; `config` is taken for the shared
+    generator contract."""
+    out = ["# Metrics", "",
+           "<!-- Generated from the catalog (exporter/catalog_metrics.py, the signals, exporter/catalog_native.py) "
+           "by exporter/generate/metrics_doc.py; regenerate with `sglang-exporter generate`. Do not edit by "
+           "hand. -->", "",
+           "Everything `sglang-exporter serve` exposes on `/metrics` (besides the standard `process_*` "
+           "collector). Names follow Prometheus' exporter rules: `snake_case`, base units (seconds, bytes, "
+           "ratios 0-1, rates per second), one unit per name, `_total` only on counters, no colons, and no two "
+           "names saying the same thing. A family may be empty (for example `sglang_exporter_signal_firing` has "
+           "no series for a signal that cannot be judged; the `source_up` series of `sglang_metrics` is absent "
+           "when no `--sglang-url` is configured).", "",
+           "A renamed metric is still exported, unchanged, for one release after its rename: it is marked "
+           "**deprecated** below with the release that deprecated it and what replaces it, and the next "
+           "release drops it. Move queries, alerts and dashboards to the replacement.", "",
+           "| metric | type | labels | help | status |", "|---|---|---|---|---|"]
+    for m in METRICS:
+        labels = ", ".join(f"`{label}`" for label in m.labels) or "—"
+        status = (f"**deprecated** in {m.deprecated}: use `{_cell(m.replaced_by)}`" if m.deprecated else "current")
+        out.append(f"| `{m.name}` | {m.type} | {labels} | {_cell(m.help)} | {status} |")
+    deprecated = [m for m in METRICS if m.deprecated]
+    if deprecated:
+        out += ["", "## Deprecated metrics", "",
+                "| deprecated metric | since | replaced by |", "|---|---|---|"]
+        out += [f"| `{m.name}` | {m.deprecated} | `{_cell(m.replaced_by)}` |" for m in deprecated]
+    out += ["", "Rank labels `dp`, `tp`, `pp` are the rank tags of the SGLang log line, or the rank labels of its "
+            "`/metrics`. SGLang tags a kind of rank only when there are several, so an untagged rank is rank 0 "
+            "of its kind: a single-GPU server reads `dp=\"0\"`, `tp=\"0\"`, `pp=\"0\"` (never an empty label), "
+            "and `rank=\"TP0\"` on `sglang_exporter_rank_gpu_headroom_bytes`. At most 64 rank label sets are "
+            "kept; later ones share `dp=\"other\"` (with `tp` and `pp` \"other\" too).", "",
+            "## Signal values, one family per unit", "",
+            "A signal's judged value goes to the family of its unit, so no family mixes units (a sum or a "
+            "`max by (signal)` over one family always adds like to like, and the unit suffix says what a "
+            "dashboard axis shows). One family per signal would multiply names by the number of signals for "
+            "no gain: the `signal` label already tells them apart, and alert rules join on it.", "",
+            "| unit | family | scale from the judged value |", "|---|---|---|"]
+    for unit, (name, scale) in SIGNAL_VALUE_METRICS.items():
+        factor = "1" if scale == 1 else "1/60 (judged per minute, exported per second)"
+        out.append(f"| {unit} | `{name}` | {factor} |")
+    out += ["", "## Signals", "",
+            "Values of the `signal` label, with the family that carries the value:", "",
+            "| signal | severity | value family | window | rule |", "|---|---|---|---|---|"]
+    for s in SIGNALS:
+        window = f"{s.window_seconds:g} s" if s.window_seconds else "epoch"
+        family = SIGNAL_VALUE_METRICS[s.value_unit][0]
+        out.append(f"| `{s.id}` | {s.severity} | `{family}` | {window} | {_cell(s.formula)} |")
+    out += ["", "## SGLang's own metrics: renames across releases", "",
+            "The SGLang families the sidecar reads whose newest release no longer exports them (from "
+            "exporter/catalog_native.py and the release data); the sidecar reads the old spelling from the "
+            "releases that have it. Every family read, and what it feeds, is in "
+            "[signal-sources.md](signal-sources.md).", "",
+            "| SGLang metric | releases | replaced by |", "|---|---|---|"]
+    for f in native_families():
+        if f.deprecated:
+            repl = f"`{native_family(f.replaced_by).exposed}`" if f.replaced_by else "— (dropped)"
+            out.append(f"| `{f.exposed}` | {f.first} – {f.last} | {repl} |")
+    return {PATH: "\n".join(out) + "\n"}
+
