@@ -1,6 +1,7 @@
 """Static checks of the generated Grafana dashboards: queries parse, use known metrics and every variable, panels
 have units and descriptions, layouts do not overlap, no datasource uid is hard-coded, thresholds follow the
-catalog, and the committed files are exactly what the generator makes."""
+catalog and the config, SGLang-only panels say which release exports them, the shared fields come from one
+pass, and the committed files are exactly what the generator makes."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,12 +13,14 @@ import promql_parser as pp
 import pytest
 import yaml
 
-from exporter import catalog
+from exporter import catalog, releases
+from exporter.config import Config
 from exporter.generate import dashboards as gen
+from exporter.generate.dashboards import house
 
 ROOT = Path(__file__).resolve().parents[1]
-UIDS = list(gen.DASHBOARDS)
-REFERENCE = ROOT.parent / "shared" / "reference" / "sglang-formats.md"
+UIDS = list(gen.UIDS)
+SGLANG_METRICS = gen.sglang_metrics()
 
 # Sentinels substituted for Grafana variables before parsing.
 SUBST = {"$__rate_interval": "4242s", "$namespace": "__NS__", "$instance": "__HOST__", "$model": "__MODEL__"}
@@ -58,7 +61,7 @@ def walk(expr):
 def base_name(name: str) -> str:
     if name.startswith("sglang:"):
         for s in HIST_SUFFIXES:
-            if name.endswith(s) and name[: -len(s)] in gen.SGLANG_METRICS:
+            if name.endswith(s) and name[: -len(s)] in SGLANG_METRICS:
                 return name[: -len(s)]
     return name
 
@@ -71,14 +74,14 @@ def matchers(vs) -> dict:
 
 
 def test_committed_files_are_fresh():
-    assert gen.check(ROOT) == [], "run: python -m exporter.generate.dashboards"
+    assert gen.check(ROOT) == [], "run: sglang-exporter generate"
 
 
 def test_generation_is_deterministic(tmp_path):
-    first = gen.render()
+    first = gen.render(Config())
     gen.generate(tmp_path)
     assert gen.check(tmp_path) == []
-    assert gen.render() == first
+    assert gen.render(Config()) == first
     for rel, text in first.items():
         if rel.endswith(".json"):
             assert text == json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
@@ -91,10 +94,26 @@ def test_check_reports_stale_files(tmp_path):
     assert sorted(gen.check(tmp_path)) == ["dashboards/sglang-detail.json", "docs/dashboards.md"]
 
 
-def test_cli_check_exit_codes(tmp_path, capsys):
-    assert gen.main(["--out", str(tmp_path), "--check"]) == 1
-    assert gen.main(["--out", str(tmp_path)]) == 0
-    assert gen.main(["--out", str(tmp_path), "--check"]) == 0
+def test_render_is_the_only_entry_point():
+    """No module main or argparse: `sglang-exporter generate` writes render(config)."""
+    for path in (ROOT / "exporter/generate/dashboards").glob("*.py"):
+        source = path.read_text()
+        assert "__main__" not in source and "argparse" not in source, path.name
+    assert set(gen.render(Config())) == {f"dashboards/{uid}.json" for uid in UIDS} | {
+        "dashboards/provisioning/dashboards.yaml", "dashboards/provisioning/datasources.yaml",
+        "dashboards/sglang-dashboards.configmap.yaml", "docs/dashboards.md"}
+
+
+def test_shared_fields_are_laid_over_every_dashboard_in_one_pass(monkeypatch):
+    dashboards = gen.build_dashboards(Config())
+    for uid, dashboard in dashboards.items():
+        assert dashboard["uid"] == uid
+        for key, value in house.SHARED_FIELDS.items():
+            assert dashboard[key] == value, (uid, key)
+    monkeypatch.setitem(house.SHARED_FIELDS, "refresh", "1m")
+    monkeypatch.setitem(house.SHARED_FIELDS, "time", {"from": "now-6h", "to": "now"})
+    assert {d["refresh"] for d in gen.build_dashboards(Config()).values()} == {"1m"}
+    assert {d["time"]["from"] for d in gen.build_dashboards(Config()).values()} == {"now-6h"}
 
 
 # -------------------------------------------------------------------------------------------------- structure
@@ -112,7 +131,7 @@ def test_import_ready(dashboard):
     assert ds["type"] == "datasource" and ds["query"] == "prometheus"
     for name in ("namespace", "instance", "model"):
         v = variables[name]
-        assert v["type"] == "query" and v["datasource"] == gen.DS
+        assert v["type"] == "query" and v["datasource"] == gen.DATASOURCE
         assert v["includeAll"] and v["allValue"] == ".*"
 
 
@@ -131,9 +150,9 @@ def test_no_hard_coded_datasource_uid(dashboard):
 
     visit(dashboard, "$")
     for p in data_panels(dashboard):
-        assert p["datasource"] == gen.DS
+        assert p["datasource"] == gen.DATASOURCE
         for t in p["targets"]:
-            assert t["datasource"] == gen.DS
+            assert t["datasource"] == gen.DATASOURCE
 
 
 def test_panels_have_unit_and_description(dashboard):
@@ -192,7 +211,7 @@ def test_query(panel, target):
         assert m.get("namespace") == (pp.MatchOp.Re, "__NS__"), f"{name}: namespace variable"
         assert m.get("instance") == (pp.MatchOp.Re, "__HOST__(:[0-9]+)?"), f"{name}: instance variable"
         if name.startswith("sglang:"):
-            assert base_name(name) in gen.SGLANG_METRICS, f"unknown SGLang metric {name}"
+            assert base_name(name) in SGLANG_METRICS, f"unknown SGLang metric {name}"
             assert m.get("model_name") == (pp.MatchOp.Re, "__MODEL__"), f"{name}: model variable"
         else:
             assert name in catalog.METRICS_BY_NAME, f"{name} is not exported by sglang-exporter"
@@ -227,18 +246,54 @@ def test_every_exported_metric_is_on_a_dashboard():
                 used |= {n.name for n in walk(pp.parse(substitute(t["expr"]))) if isinstance(n, pp.VectorSelector)}
     missing = {m.name for m in catalog.METRICS} - used
     assert not missing, f"exported but shown nowhere: {sorted(missing)}"
-    assert {base_name(n) for n in used if n.startswith("sglang:")} == set(gen.SGLANG_METRICS)
+    assert {base_name(n) for n in used if n.startswith("sglang:")} == set(SGLANG_METRICS)
 
 
-def test_sglang_metric_table_matches_reference():
-    if not REFERENCE.exists():
-        pytest.skip(f"{REFERENCE} not present (outside the repository)")
-    text = REFERENCE.read_text()
-    for name, (kind, first, last) in gen.SGLANG_METRICS.items():
-        m = re.search(rf"^\| `{re.escape(name)}` \| (\w+) \| ([0-9.a-z]+) \| ([^|]*)\|", text, re.MULTILINE)
-        assert m, name
-        assert m.group(1).lower() == kind and m.group(2) == first, name
-        assert (last is None) == (m.group(3).strip() == ""), name
+def test_sglang_metric_table_matches_the_release_data():
+    """Each SGLang family a panel reads is defined by some release, with the type the docs table gives."""
+    doc = (ROOT / "docs/dashboards.md").read_text()
+    for name, kind in SGLANG_METRICS.items():
+        defined = {family.name: family.type for release in releases.releases()
+                   for family in releases.metric_families(release).values()}
+        assert defined.get(name, defined.get(name.removesuffix("_total"))) == kind, name
+        assert re.search(rf"^\| `{re.escape(name)}` \| {kind} \| [0-9][0-9a-z.]* – ", doc, re.MULTILINE), name
+
+
+def test_renamed_families_are_all_read():
+    """A value SGLang renamed across releases is queried under each spelling the native table lists."""
+    from exporter.catalog_native import native_metric_names
+    for value in ("itl", "queue_time", "prefill_inflight_queue"):
+        for name in native_metric_names(value):
+            assert name in SGLANG_METRICS, name
+
+
+def test_panels_fed_only_by_newer_sglang_metrics_say_so():
+    """A panel reading only SGLang families that some release lacks says 'not exported by this release' and the
+    first release that exports one of them, instead of an unexplained 'No data'."""
+    oldest = releases.releases()[0]
+    checked = 0
+    for uid in UIDS:
+        for p in data_panels(gen.build_dashboard(uid)):
+            names = {base_name(n) for t in p["targets"] for n in re.findall(r"[a-z_:][a-z0-9_:]*(?=\{)", t["expr"])}
+            if not names or not all(n.startswith("sglang:") for n in names):
+                continue
+            firsts = [releases.first_release(n) or releases.first_release(n.removesuffix("_total")) for n in names]
+            if min(firsts, key=releases.version_key) == oldest:
+                continue
+            checked += 1
+            no_value = p["fieldConfig"]["defaults"].get("noValue", "")
+            first = min(firsts, key=releases.version_key)
+            assert no_value.startswith(f"not exported by this release (SGLang {first}+"), (p["title"], no_value)
+    assert checked >= 9
+
+
+@pytest.mark.parametrize("title", ["Prefix cache hit rate", "Queue wait", "KV pools per rank (hybrid models)",
+                                   "Speculative decoding acceptance", "PD disaggregation queues",
+                                   "KV memory pressure"])
+def test_native_metric_panels_exist(title):
+    """Issue 24: what the exporter now reads from /metrics has a panel on the detail dashboard."""
+    panel = _panel("sglang-detail", title)
+    assert panel["type"] == "timeseries" and panel["targets"]
 
 
 # ------------------------------------------------------------------------------------------------- thresholds
@@ -284,10 +339,29 @@ def test_changing_the_catalog_moves_the_lines(monkeypatch):
     assert "1234" in _panel("sglang-overview", "Queue")["description"]
 
 
+def test_config_overrides_move_the_lines():
+    """Generation reads the runtime Config: a `signals:` override is the line the dashboards draw."""
+    config = Config(signals={"queue_above_range": {"max_queue": 4321}, "kv_cache_underused": {"min_usage": 0.66}})
+    detail = gen.build_dashboards(config)["sglang-detail"]
+    queue = next(p for p in detail["panels"] if p["title"] == "Queue")
+    assert 4321 in _steps(queue)
+    usage = next(p for p in detail["panels"] if p["title"] == "KV cache token usage")
+    assert _steps(usage) == [0.66]
+    assert "4321" in gen.render(config)["docs/dashboards.md"]
+
+
 def test_no_threshold_typed_by_hand():
-    src = (ROOT / "exporter/generate/dashboards.py").read_text()
-    for literal in ("0.9", "2000", "5 * GIB", "8 * GIB", "10.0", "0.95"):
-        assert not re.search(rf"(?<![\w.]){re.escape(literal)}(?![\w.])", src), literal
+    for path in (ROOT / "exporter/generate/dashboards").glob("*.py"):
+        src = path.read_text()
+        for literal in ("0.9", "2000", "5 * GIB", "8 * GIB", "10.0", "0.95"):
+            assert not re.search(rf"(?<![\w.]){re.escape(literal)}(?![\w.])", src), (path.name, literal)
+
+
+def test_no_sglang_metric_name_typed_in_a_query():
+    """SGLang's metric names come from the native table (exporter.catalog_native): no query spells one."""
+    for path in (ROOT / "exporter/generate/dashboards").glob("*.py"):
+        for line in path.read_text().splitlines():
+            assert not re.search(r"Target\(.*sglang:[a-z]", line), (path.name, line)
 
 
 # ------------------------------------------------------------------------------------ provisioning, k8s, docs

@@ -94,10 +94,10 @@ def _histogram(name: str, labels: dict, tick: int, buckets=(0.05, 0.1, 0.5, 1, 2
 
 
 def sglang_exposition(tick: int) -> str:
-    """SGLang 0.5.x scheduler/tokenizer metrics (sglang-formats.md §5), one TP rank."""
+    """Every SGLang family the dashboards read (each spelling of a renamed one), one TP rank."""
     base = {"engine_type": "unified", "model_name": MODEL, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0"}
     lines = []
-    for name, (kind, _first, _last) in sorted(gen.SGLANG_METRICS.items()):
+    for name, kind in sorted(gen.sglang_metrics().items()):
         if kind == "histogram":
             lines += _histogram(name, base, tick)
         elif kind == "counter":
@@ -367,7 +367,7 @@ def stack(request, tmp_path_factory):
 
 
 def panel_targets():
-    for uid in gen.DASHBOARDS:
+    for uid in gen.UIDS:
         for p in gen.build_dashboard(uid)["panels"]:
             for t in p.get("targets", []):
                 yield f"{uid} / {p['title']} / {t['refId']}", t["expr"]
@@ -416,7 +416,7 @@ def test_every_panel_target_returns_data(stack, selection):
 
 
 def test_variables_have_values(stack):
-    for uid in gen.DASHBOARDS:
+    for uid in gen.UIDS:
         for v in gen.build_dashboard(uid)["templating"]["list"]:
             if v["type"] != "query":
                 continue
