@@ -101,13 +101,14 @@ SGLang metric names and the releases that export them come from `exporter/catalo
 `exporter/releases/`. `scripts/check-grafana-schema` type-checks the output against `@grafana/schema` of Grafana
 10.4, 11, 12 and 13.
 
-Grafana's dashboards-as-code library `grafana-foundation-sdk` (PyPI) was tried and is not used: its Python
-builds follow Grafana lines 10.1-11.6 and "next" (which adds the v2 dashboard schema, Grafana 12+ only), none
-for 12 or 13; a plain `pip install` picks the 10.1 line (the version epoch is a build time), so it must be
-pinned; its builders write defaults of their own line (a stat panel's `percentChangeColorMode`, which Grafana
-10.4's schema rejects; `repeatDirection`, `transparent`) and still offer a table `footer` option that 12 and 13
-dropped. It would replace the per-type option tables of `grafana.py` with builder chains, not the panel data,
-and would not keep the output valid for 10.4-13 by itself: the schema check above does.
+Grafana's dashboards-as-code library `grafana-foundation-sdk` (PyPI) was tried and is not used. Its Python
+builds follow Grafana lines 10.1 to 11.6 and "next" (which adds the v2 dashboard schema, Grafana 12+ only), none
+for 12 or 13, and a plain `pip install` picks the 10.1 line (the version epoch is a build time), so it must be
+pinned. Porting the time series and stat panels to its 11.6 builders (`1769699379!11.6.0`) took as many lines
+of builder chains as the option tables of `grafana.py` it replaced (the panel data stays either way), added
+`repeatDirection` and `transparent` to every panel, and made every stat panel fail Grafana 10.4's schema (the
+builder always writes `percentChangeColorMode`); 11, 12 and 13 passed. Its table builder still offers the
+`footer` option that 12 and 13 dropped. The schema check above is what keeps the output valid for 10.4-13.
 """
 
 
