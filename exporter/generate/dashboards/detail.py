@@ -67,7 +67,7 @@ def batch_panels(limits: Limits) -> list[Panel]:
                        Target(rate_per_server(sglang("prompt_tokens")), "{{instance}} prompt (counter)")],
               min=0),
         Panel("Request rate", "timeseries", "reqps",
-              shows="Requests finished per second, from SGLang's sglang:num_requests_total counter.",
+              shows=f"Requests finished per second, from SGLang's {requests} counter.",
               good="matches the load you send.",
               bad="lower than the send rate with a growing queue: the server is saturated.",
               targets=[Target(rate_per_server(requests), "{{instance}}")],

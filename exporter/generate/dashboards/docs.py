@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from exporter import releases
 from exporter.catalog import NS
 from exporter.catalog_native import family_span
 from exporter.generate.dashboards.files import FOLDER, GRAFANA_PATH, LOCAL_PROMETHEUS, LOCAL_SCRAPE_INTERVAL
@@ -30,8 +31,10 @@ def sglang_metrics_read(specs: list[DashboardSpec]) -> dict[str, str]:
 
 def _releases_text(name: str) -> str:
     short = short_metric(name)
-    first, last = family_span(short[: -len("_total")] if short.endswith("_total") else short)
-    return f"{first} – {last or 'current'}"
+    span = family_span(short[: -len("_total")] if short.endswith("_total") else short)
+    if span is None:
+        raise ValueError(f"no SGLang release exports {name}")
+    return f"{span[0]} – {span[1] or 'current'}"
 
 
 def _thresholds_text(steps, unit: str) -> str:
@@ -121,7 +124,7 @@ def render_docs(specs: list[DashboardSpec]) -> str:
               for spec in specs]
     lines += ["", *INSTALLING.splitlines()]
     lines += ["- SGLang metrics used, with the SGLang releases that export them (from the release data in "
-              "`exporter/releases/`; the oldest extracted release is 0.3.0):", "",
+              f"`exporter/releases/`; the oldest extracted release is {releases.releases()[0]}):", "",
               "| SGLang metric | type | releases |", "|---|---|---|"]
     lines += [f"| `{name}` | {kind} | {_releases_text(name)} |" for name, kind in sglang_metrics_read(specs).items()]
     lines += ["", *BUILDING.splitlines()]

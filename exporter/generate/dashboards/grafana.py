@@ -37,7 +37,8 @@ def _mappings(mappings) -> list:
 
 
 def _target(target: Target, ref_id: str) -> dict:
-    query = {"datasource": DATASOURCE, "editorMode": "code", "expr": target.expr, "refId": ref_id}
+    query: dict[str, object] = {"datasource": DATASOURCE, "editorMode": "code", "expr": target.expr,
+                                "refId": ref_id}
     if target.table:
         query.update({"format": "table", "instant": True, "range": False, "legendFormat": "__auto"})
     else:
@@ -84,8 +85,9 @@ def panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict:
     if panel.type == "row":
         return {"collapsed": False, "gridPos": grid, "id": panel_id, "panels": [], "title": panel.title,
                 "type": "row"}
-    defaults = {"color": {"mode": "palette-classic" if panel.type == "timeseries" else "thresholds"},
-                "mappings": _mappings(panel.mappings), "thresholds": _thresholds(panel.steps), "unit": panel.unit}
+    defaults: dict[str, object] = {
+        "color": {"mode": "palette-classic" if panel.type == "timeseries" else "thresholds"},
+        "mappings": _mappings(panel.mappings), "thresholds": _thresholds(panel.steps), "unit": panel.unit}
     for key, value in (("min", panel.min), ("max", panel.max), ("noValue", panel.no_value)):
         if value is not None:
             defaults[key] = value
