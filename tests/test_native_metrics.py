@@ -352,7 +352,7 @@ def test_the_generators_sglang_tables_agree_with_the_release_data():
     name families the release data defines, with the same type; those that feed a value are in the map."""
     from exporter.generate import alerts, dashboards
     tables = [(name, typ) for name, (_, _, typ) in alerts.SGLANG_METRICS.items()]
-    tables += [(name, typ) for name, (typ, _, _) in dashboards.SGLANG_METRICS.items()]
+    tables += list(dashboards.sglang_metrics().items())
     for name, typ in tables:
         first = releases.first_release(name)
         assert first is not None, f"{name}: no release defines it"
