@@ -26,7 +26,7 @@ def sglang(value: str) -> str:
 
 def sglang_family(short: str) -> str:
     """The exposed name of an SGLang family the exporter itself does not read (shown only), checked against the
-    release data so a misspelt or never-released name fails generation."""
+    newest release's families so a misspelt or dropped name fails generation."""
     for family in releases.metric_families().values():
         if family.short in (short, short + "_total"):
             return "sglang:" + short + ("_total" if family.type == "counter" else "")
@@ -48,8 +48,9 @@ def rank_max(metric: str) -> str:
     return f"sum by ({PER_SERVER}) (max by ({PER_SERVER}, dp) ({exported(metric)}))"
 
 
-def rate_per_server(name: str, by: str = PER_SERVER) -> str:
-    return f"sum by ({by}) (rate({native(name)}[$__rate_interval]))"
+def rate_per_server(name: str) -> str:
+    """Per-second rate of an SGLang counter (or histogram part), per series first, then summed per server."""
+    return f"sum by ({PER_SERVER}) (rate({native(name)}[$__rate_interval]))"
 
 
 def quantile(fraction: float, histogram: str) -> str:
