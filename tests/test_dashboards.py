@@ -1,6 +1,7 @@
 """Static checks of the generated Grafana dashboards: queries parse, use known metrics and every variable, panels
 have units and descriptions, layouts do not overlap, no datasource uid is hard-coded, thresholds follow the
-catalog, and the committed files are exactly what the generator makes."""
+catalog and the config, SGLang-only panels say which release exports them, the shared fields come from one
+pass, and the committed files are exactly what the generator makes."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,12 +13,15 @@ import promql_parser as pp
 import pytest
 import yaml
 
-from exporter import catalog
+from exporter import catalog, releases
+from exporter.config import Config
 from exporter.generate import dashboards as gen
+from exporter.generate import stale, write
+from exporter.generate.dashboards import house
 
 ROOT = Path(__file__).resolve().parents[1]
-UIDS = list(gen.DASHBOARDS)
-REFERENCE = ROOT.parent / "shared" / "reference" / "sglang-formats.md"
+UIDS = list(gen.UIDS)
+SGLANG_METRICS = gen.sglang_metrics()
 
 # Sentinels substituted for Grafana variables before parsing.
 SUBST = {"$__rate_interval": "4242s", "$namespace": "__NS__", "$instance": "__HOST__", "$model": "__MODEL__"}
@@ -26,8 +30,8 @@ HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def substitute(expr: str) -> str:
-    for k in sorted(SUBST, key=len, reverse=True):
-        expr = expr.replace(k, SUBST[k])
+    for key in sorted(SUBST, key=len, reverse=True):
+        expr = expr.replace(key, SUBST[key])
     assert "$" not in expr, f"unknown variable left in {expr!r}"
     return expr
 
@@ -37,64 +41,81 @@ def dashboard(request):
     return json.loads((ROOT / "dashboards" / f"{request.param}.json").read_text())
 
 
-def data_panels(d):
-    return [p for p in d["panels"] if p["type"] != "row"]
+def data_panels(board):
+    return [panel for panel in board["panels"] if panel["type"] != "row"]
 
 
 def all_targets():
     for uid in UIDS:
-        d = gen.build_dashboard(uid)
-        for p in data_panels(d):
-            for t in p["targets"]:
-                yield pytest.param(p, t, id=f"{uid}:{p['title']}:{t['refId']}")
+        board = gen.build_dashboard(uid)
+        for panel in data_panels(board):
+            for target in panel["targets"]:
+                yield pytest.param(panel, target, id=f"{uid}:{panel['title']}:{target['refId']}")
 
 
 def walk(expr):
     nodes = []
-    pp.walk(expr, lambda n: nodes.append(n))
+    pp.walk(expr, nodes.append)
     return nodes
 
 
 def base_name(name: str) -> str:
     if name.startswith("sglang:"):
-        for s in HIST_SUFFIXES:
-            if name.endswith(s) and name[: -len(s)] in gen.SGLANG_METRICS:
-                return name[: -len(s)]
+        for suffix in HIST_SUFFIXES:
+            if name.endswith(suffix) and name[: -len(suffix)] in SGLANG_METRICS:
+                return name[: -len(suffix)]
     return name
 
 
-def matchers(vs) -> dict:
-    return {m.name: (m.op, m.value) for m in vs.matchers.matchers}
+def matchers(selector) -> dict:
+    return {matcher.name: (matcher.op, matcher.value) for matcher in selector.matchers.matchers}
 
 
 # ------------------------------------------------------------------------------------------------------ files
 
 
 def test_committed_files_are_fresh():
-    assert gen.check(ROOT) == [], "run: python -m exporter.generate.dashboards"
+    assert stale(gen.render(Config()), ROOT) == [], "run: sglang-exporter generate"
 
 
 def test_generation_is_deterministic(tmp_path):
-    first = gen.render()
-    gen.generate(tmp_path)
-    assert gen.check(tmp_path) == []
-    assert gen.render() == first
+    first = gen.render(Config())
+    write(first, tmp_path)
+    assert stale(first, tmp_path) == []
+    assert gen.render(Config()) == first
     for rel, text in first.items():
         if rel.endswith(".json"):
             assert text == json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def test_check_reports_stale_files(tmp_path):
-    gen.generate(tmp_path)
+    files = gen.render(Config())
+    write(files, tmp_path)
     (tmp_path / "dashboards/sglang-detail.json").write_text("{}\n")
     (tmp_path / "docs/dashboards.md").unlink()
-    assert sorted(gen.check(tmp_path)) == ["dashboards/sglang-detail.json", "docs/dashboards.md"]
+    assert sorted(stale(files, tmp_path)) == ["dashboards/sglang-detail.json", "docs/dashboards.md"]
 
 
-def test_cli_check_exit_codes(tmp_path, capsys):
-    assert gen.main(["--out", str(tmp_path), "--check"]) == 1
-    assert gen.main(["--out", str(tmp_path)]) == 0
-    assert gen.main(["--out", str(tmp_path), "--check"]) == 0
+def test_render_is_the_only_entry_point():
+    """No module main or argparse: `sglang-exporter generate` writes render(config)."""
+    for path in (ROOT / "exporter/generate/dashboards").glob("*.py"):
+        source = path.read_text()
+        assert "__main__" not in source and "argparse" not in source, path.name
+    assert set(gen.render(Config())) == {f"dashboards/{uid}.json" for uid in UIDS} | {
+        "dashboards/provisioning/dashboards.yaml", "dashboards/provisioning/datasources.yaml",
+        "dashboards/sglang-dashboards.configmap.yaml", "docs/dashboards.md"}
+
+
+def test_shared_fields_are_laid_over_every_dashboard_in_one_pass(monkeypatch):
+    dashboards = gen.build_dashboards(Config())
+    for uid, dashboard in dashboards.items():
+        assert dashboard["uid"] == uid
+        for key, value in house.SHARED_FIELDS.items():
+            assert dashboard[key] == value, (uid, key)
+    monkeypatch.setitem(house.SHARED_FIELDS, "refresh", "1m")
+    monkeypatch.setitem(house.SHARED_FIELDS, "time", {"from": "now-6h", "to": "now"})
+    assert {board["refresh"] for board in gen.build_dashboards(Config()).values()} == {"1m"}
+    assert {board["time"]["from"] for board in gen.build_dashboards(Config()).values()} == {"now-6h"}
 
 
 # -------------------------------------------------------------------------------------------------- structure
@@ -104,16 +125,16 @@ def test_import_ready(dashboard):
     assert dashboard["uid"] in UIDS
     assert dashboard["schemaVersion"] >= 39
     assert dashboard["id"] is None
-    assert [i["name"] for i in dashboard["__inputs"]] == ["DS_PROMETHEUS"]
+    assert [entry["name"] for entry in dashboard["__inputs"]] == ["DS_PROMETHEUS"]
     assert dashboard["__inputs"][0]["pluginId"] == "prometheus"
-    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
     assert set(variables) == {"datasource", "namespace", "instance", "model"}
     ds = variables["datasource"]
     assert ds["type"] == "datasource" and ds["query"] == "prometheus"
     for name in ("namespace", "instance", "model"):
-        v = variables[name]
-        assert v["type"] == "query" and v["datasource"] == gen.DS
-        assert v["includeAll"] and v["allValue"] == ".*"
+        variable = variables[name]
+        assert variable["type"] == "query" and variable["datasource"] == gen.DATASOURCE
+        assert variable["includeAll"] and variable["allValue"] == ".*"
 
 
 def test_no_hard_coded_datasource_uid(dashboard):
@@ -123,43 +144,43 @@ def test_no_hard_coded_datasource_uid(dashboard):
                 assert obj["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, path
             if "uid" in obj and path != "$":
                 assert obj["uid"] == "${datasource}", f"{path}: uid {obj['uid']!r}"
-            for k, v in obj.items():
-                visit(v, f"{path}.{k}")
+            for key, value in obj.items():
+                visit(value, f"{path}.{key}")
         elif isinstance(obj, list):
-            for i, v in enumerate(obj):
-                visit(v, f"{path}[{i}]")
+            for index, value in enumerate(obj):
+                visit(value, f"{path}[{index}]")
 
     visit(dashboard, "$")
-    for p in data_panels(dashboard):
-        assert p["datasource"] == gen.DS
-        for t in p["targets"]:
-            assert t["datasource"] == gen.DS
+    for panel in data_panels(dashboard):
+        assert panel["datasource"] == gen.DATASOURCE
+        for target in panel["targets"]:
+            assert target["datasource"] == gen.DATASOURCE
 
 
 def test_panels_have_unit_and_description(dashboard):
-    for p in data_panels(dashboard):
-        unit = p["fieldConfig"]["defaults"].get("unit")
-        assert unit in gen.UNITS, f"{p['title']}: unit {unit!r}"
-        desc = p.get("description", "")
-        assert "Good:" in desc and "When bad:" in desc and len(desc) > 60, p["title"]
-        assert p["targets"], p["title"]
+    for panel in data_panels(dashboard):
+        unit = panel["fieldConfig"]["defaults"].get("unit")
+        assert unit in gen.UNITS, f"{panel['title']}: unit {unit!r}"
+        desc = panel.get("description", "")
+        assert "Good:" in desc and "When bad:" in desc and len(desc) > 60, panel["title"]
+        assert panel["targets"], panel["title"]
 
 
 def test_panel_ids_unique_and_grid_not_overlapping(dashboard):
-    ids = [p["id"] for p in dashboard["panels"]]
+    ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     cells = {}
-    for p in dashboard["panels"]:
-        g = p["gridPos"]
-        assert g["x"] >= 0 and g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
-        for x in range(g["x"], g["x"] + g["w"]):
-            for y in range(g["y"], g["y"] + g["h"]):
-                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
-                cells[(x, y)] = p["title"]
+    for panel in dashboard["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = panel["title"]
 
 
 def test_titles_unique(dashboard):
-    titles = [p["title"] for p in dashboard["panels"]]
+    titles = [panel["title"] for panel in dashboard["panels"]]
     assert len(titles) == len(set(titles))
 
 
@@ -172,103 +193,143 @@ def test_query(panel, target):
     assert "$__rate_interval" in expr or not re.search(r"\b(rate|increase|irate)\(", expr)
     tree = pp.parse(substitute(expr))
     nodes = walk(tree)
-    selectors = [n for n in nodes if isinstance(n, pp.VectorSelector)]
+    selectors = [node for node in nodes if isinstance(node, pp.VectorSelector)]
     assert selectors, expr
-    for n in nodes:
-        assert not isinstance(n, pp.SubqueryExpr), "no subqueries"
-        if isinstance(n, pp.MatrixSelector):
-            assert n.range.total_seconds() == RATE_RANGE_SECONDS, f"range must be $__rate_interval: {expr}"
-        if isinstance(n, pp.Call) and n.func.name in ("rate", "increase", "irate"):
-            assert isinstance(n.args[0], pp.MatrixSelector), "rate of a selector (rate before sum)"
-        if isinstance(n, pp.Call) and n.func.name == "histogram_quantile":
-            agg = n.args[1]
-            assert isinstance(agg, pp.AggregateExpr) and str(agg.op) .lower().endswith("sum"), expr
-            assert agg.modifier.type == pp.AggModifierType.By
-            assert {"le", "namespace", "instance"} <= set(agg.modifier.labels), "per-instance quantiles"
-    for vs in selectors:
-        name = vs.name
+    for node in nodes:
+        assert not isinstance(node, pp.SubqueryExpr), "no subqueries"
+        if isinstance(node, pp.MatrixSelector):
+            assert node.range.total_seconds() == RATE_RANGE_SECONDS, f"range must be $__rate_interval: {expr}"
+        if isinstance(node, pp.Call) and node.func.name in ("rate", "increase", "irate"):
+            assert isinstance(node.args[0], pp.MatrixSelector), "rate of a selector (rate before sum)"
+        if isinstance(node, pp.Call) and node.func.name == "histogram_quantile":
+            aggregation = node.args[1]
+            assert isinstance(aggregation, pp.AggregateExpr) and str(aggregation.op) .lower().endswith("sum"), expr
+            assert aggregation.modifier.type == pp.AggModifierType.By
+            assert {"le", "namespace", "instance"} <= set(aggregation.modifier.labels), "per-instance quantiles"
+    for selector in selectors:
+        name = selector.name
         assert name, f"selector without a metric name in {expr}"
-        m = matchers(vs)
-        assert m.get("namespace") == (pp.MatchOp.Re, "__NS__"), f"{name}: namespace variable"
-        assert m.get("instance") == (pp.MatchOp.Re, "__HOST__(:[0-9]+)?"), f"{name}: instance variable"
+        label_matchers = matchers(selector)
+        assert label_matchers.get("namespace") == (pp.MatchOp.Re, "__NS__"), f"{name}: namespace variable"
+        assert label_matchers.get("instance") == (pp.MatchOp.Re, "__HOST__(:[0-9]+)?"), f"{name}: instance variable"
         if name.startswith("sglang:"):
-            assert base_name(name) in gen.SGLANG_METRICS, f"unknown SGLang metric {name}"
-            assert m.get("model_name") == (pp.MatchOp.Re, "__MODEL__"), f"{name}: model variable"
+            assert base_name(name) in SGLANG_METRICS, f"unknown SGLang metric {name}"
+            assert label_matchers.get("model_name") == (pp.MatchOp.Re, "__MODEL__"), f"{name}: model variable"
         else:
             assert name in catalog.METRICS_BY_NAME, f"{name} is not exported by sglang-exporter"
             if name == f"{catalog.NS}_sglang_info":
-                assert m.get("model") == (pp.MatchOp.Re, "__MODEL__")
-            for label in set(m) - {"namespace", "instance", "model"}:
+                assert label_matchers.get("model") == (pp.MatchOp.Re, "__MODEL__")
+            for label in set(label_matchers) - {"namespace", "instance", "model"}:
                 assert label in catalog.METRICS_BY_NAME[name].labels, f"{name} has no label {label}"
 
 
 def test_variable_queries_parse_and_chain(dashboard):
-    variables = {v["name"]: v for v in dashboard["templating"]["list"] if v["type"] == "query"}
+    variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]
+                 if variable["type"] == "query"}
     uses = {"namespace": set(), "model": {"namespace"}, "instance": {"namespace", "model"}}
-    for name, v in variables.items():
-        assert "definition" not in v     # not in the dashboard schema of Grafana 10.4-13 (the query is enough)
-        m = re.fullmatch(r"label_values\((.*), (\w+)\)", v["query"])
-        assert m, v["query"]
-        inner = m.group(1)
+    for name, variable in variables.items():
+        assert "definition" not in variable     # not in the dashboard schema of Grafana 10.4-13 (the query is enough)
+        query = re.fullmatch(r"label_values\((.*), (\w+)\)", variable["query"])
+        assert query, variable["query"]
+        inner = query.group(1)
         for dep in uses[name]:
             assert f"${dep}" in inner, f"{name} must depend on {dep}"
-        vs = pp.parse(substitute(inner))
-        assert isinstance(vs, pp.VectorSelector) and vs.name in catalog.METRICS_BY_NAME
-        label = m.group(2)
-        assert label in catalog.METRICS_BY_NAME[vs.name].labels or label in ("namespace", "instance")
+        selector = pp.parse(substitute(inner))
+        assert isinstance(selector, pp.VectorSelector) and selector.name in catalog.METRICS_BY_NAME
+        label = query.group(2)
+        assert label in catalog.METRICS_BY_NAME[selector.name].labels or label in ("namespace", "instance")
     assert re.fullmatch(variables["instance"]["regex"].strip("/"), "10.0.0.5:10060").group(1) == "10.0.0.5"
 
 
 def test_every_exported_metric_is_on_a_dashboard():
     used = set()
     for uid in UIDS:
-        for p in data_panels(gen.build_dashboard(uid)):
-            for t in p["targets"]:
-                used |= {n.name for n in walk(pp.parse(substitute(t["expr"]))) if isinstance(n, pp.VectorSelector)}
-    missing = {m.name for m in catalog.METRICS if not m.deprecated} - used     # deprecated: on their way out
+        for panel in data_panels(gen.build_dashboard(uid)):
+            for target in panel["targets"]:
+                used |= {node.name for node in walk(pp.parse(substitute(target["expr"])))
+                         if isinstance(node, pp.VectorSelector)}
+    missing = {metric.name for metric in catalog.METRICS if not metric.deprecated} - used   # deprecated: on their way out
     assert not missing, f"exported but shown nowhere: {sorted(missing)}"
-    assert {base_name(n) for n in used if n.startswith("sglang:")} == set(gen.SGLANG_METRICS)
+    assert {base_name(name) for name in used if name.startswith("sglang:")} == set(SGLANG_METRICS)
 
 
-def test_sglang_metric_table_matches_reference():
-    if not REFERENCE.exists():
-        pytest.skip(f"{REFERENCE} not present (outside the repository)")
-    text = REFERENCE.read_text()
-    for name, (kind, first, last) in gen.SGLANG_METRICS.items():
-        m = re.search(rf"^\| `{re.escape(name)}` \| (\w+) \| ([0-9.a-z]+) \| ([^|]*)\|", text, re.MULTILINE)
-        assert m, name
-        assert m.group(1).lower() == kind and m.group(2) == first, name
-        assert (last is None) == (m.group(3).strip() == ""), name
+def test_sglang_metric_table_matches_the_release_data():
+    """Each SGLang family a panel reads is defined by some release, with the type the docs table gives."""
+    doc = (ROOT / "docs/dashboards.md").read_text()
+    for name, kind in SGLANG_METRICS.items():
+        defined = {family.name: family.type for release in releases.releases()
+                   for family in releases.metric_families(release).values()}
+        assert defined.get(name, defined.get(name.removesuffix("_total"))) == kind, name
+        assert re.search(rf"^\| `{re.escape(name)}` \| {kind} \| [0-9][0-9a-z.]* – ", doc, re.MULTILINE), name
+
+
+def test_renamed_families_are_all_read():
+    """A value SGLang renamed across releases is queried under each spelling the native table lists."""
+    from exporter.catalog_native import native_metric_names
+    for value in ("itl", "queue_time", "prefill_inflight_queue"):
+        for name in native_metric_names(value):
+            assert name in SGLANG_METRICS, name
+
+
+def test_panels_fed_only_by_newer_sglang_metrics_say_so():
+    """A panel reading only SGLang families that some release lacks says 'not exported by this release' and the
+    first release that exports one of them, instead of an unexplained 'No data'."""
+    oldest = releases.releases()[0]
+    checked = 0
+    for uid in UIDS:
+        for panel in data_panels(gen.build_dashboard(uid)):
+            names = {base_name(name) for target in panel["targets"]
+                     for name in re.findall(r"[a-z_:][a-z0-9_:]*(?=\{)", target["expr"])}
+            if not names or not all(name.startswith("sglang:") for name in names):
+                continue
+            firsts = [releases.first_release(name) or releases.first_release(name.removesuffix("_total")) for name in names]
+            if min(firsts, key=releases.version_key) == oldest:
+                continue
+            checked += 1
+            no_value = panel["fieldConfig"]["defaults"].get("noValue", "")
+            first = min(firsts, key=releases.version_key)
+            assert no_value.startswith(f"not exported by this release (SGLang {first}+"), (panel["title"], no_value)
+    assert checked >= 9
+
+
+@pytest.mark.parametrize("title", ["Prefix cache hit rate", "Queue wait", "KV pools per rank (hybrid models)",
+                                   "Speculative decoding acceptance", "PD disaggregation queues",
+                                   "KV memory pressure"])
+def test_native_metric_panels_exist(title):
+    """Issue 24: what the exporter now reads from /metrics has a panel on the detail dashboard."""
+    panel = _panel("sglang-detail", title)
+    assert panel["type"] == "timeseries" and panel["targets"]
 
 
 # ------------------------------------------------------------------------------------------------- thresholds
 
 
 def _panel(uid, title):
-    for p in gen.build_dashboard(uid)["panels"]:
-        if p["title"] == title:
-            return p
+    for panel in gen.build_dashboard(uid)["panels"]:
+        if panel["title"] == title:
+            return panel
     raise KeyError(title)
 
 
-def _steps(p):
-    return [s["value"] for s in p["fieldConfig"]["defaults"]["thresholds"]["steps"] if s["value"] is not None]
+def _steps(panel):
+    return [step["value"] for step in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+            if step["value"] is not None]
 
 
 def test_bands_come_from_the_catalog():
-    s = catalog.SIGNALS_BY_ID
+    signals = catalog.SIGNALS_BY_ID
     off = "offline"
-    assert _steps(_panel("sglang-detail", "Queue")) == [s["queue_below_range"].params(off)["min_queue"],
-                                                        s["queue_above_range"].params(off)["max_queue"]]
-    assert _steps(_panel("sglang-detail", "KV cache token usage")) == [s["kv_cache_underused"].params(off)["min_usage"]]
+    assert _steps(_panel("sglang-detail", "Queue")) == [signals["queue_below_range"].params(off)["min_queue"],
+                                                        signals["queue_above_range"].params(off)["max_queue"]]
+    assert _steps(_panel("sglang-detail", "KV cache token usage")) == [signals["kv_cache_underused"].params(off)["min_usage"]]
     assert _steps(_panel("sglang-detail", "Retractions per minute")) == [
-        s["retractions_frequent"].params(off)["per_minute"], s["retraction_storm"].params(off)["per_minute"]]
+        signals["retractions_frequent"].params(off)["per_minute"], signals["retraction_storm"].params(off)["per_minute"]]
     assert _steps(_panel("sglang-detail", "GPU memory headroom")) == [
-        s["gpu_headroom_low"].params(off)["min_bytes"], s["gpu_headroom_high"].params(off)["max_bytes"]]
+        signals["gpu_headroom_low"].params(off)["min_bytes"], signals["gpu_headroom_high"].params(off)["max_bytes"]]
     assert _steps(_panel("sglang-detail", "Time to first token")) == [
-        s["latency_high"].params("online")["ttft_p99_seconds"]]
+        signals["latency_high"].params("online")["ttft_p99_seconds"]]
     for title in ("Queue", "GPU memory headroom"):
-        assert _panel("sglang-detail", title)["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] \
+        assert _panel("sglang-detail", title)["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"]\
             .endswith("area")
 
 
@@ -284,10 +345,29 @@ def test_changing_the_catalog_moves_the_lines(monkeypatch):
     assert "1234" in _panel("sglang-overview", "Queue")["description"]
 
 
+def test_config_overrides_move_the_lines():
+    """Generation reads the runtime Config: a `signals:` override is the line the dashboards draw."""
+    config = Config(signals={"queue_above_range": {"max_queue": 4321}, "kv_cache_underused": {"min_usage": 0.66}})
+    detail = gen.build_dashboards(config)["sglang-detail"]
+    queue = next(panel for panel in detail["panels"] if panel["title"] == "Queue")
+    assert 4321 in _steps(queue)
+    usage = next(panel for panel in detail["panels"] if panel["title"] == "KV cache token usage")
+    assert _steps(usage) == [0.66]
+    assert "4321" in gen.render(config)["docs/dashboards.md"]
+
+
 def test_no_threshold_typed_by_hand():
-    src = (ROOT / "exporter/generate/dashboards.py").read_text()
-    for literal in ("0.9", "2000", "5 * GIB", "8 * GIB", "10.0", "0.95"):
-        assert not re.search(rf"(?<![\w.]){re.escape(literal)}(?![\w.])", src), literal
+    for path in (ROOT / "exporter/generate/dashboards").glob("*.py"):
+        src = path.read_text()
+        for literal in ("0.9", "2000", "5 * GIB", "8 * GIB", "10.0", "0.95"):
+            assert not re.search(rf"(?<![\w.]){re.escape(literal)}(?![\w.])", src), (path.name, literal)
+
+
+def test_no_sglang_metric_name_typed_in_a_query():
+    """SGLang's metric names come from the native table (exporter.catalog_native): no query spells one."""
+    for path in (ROOT / "exporter/generate/dashboards").glob("*.py"):
+        for line in path.read_text().splitlines():
+            assert not re.search(r"Target\(.*sglang:[a-z]", line), (path.name, line)
 
 
 # ------------------------------------------------------------------------------------ provisioning, k8s, docs
@@ -318,10 +398,10 @@ def test_configmap_for_the_grafana_sidecar():
 def test_docs_cover_every_panel_and_query():
     doc = (ROOT / "docs/dashboards.md").read_text()
     for uid in UIDS:
-        for p in data_panels(gen.build_dashboard(uid)):
-            assert f"#### {p['title']}" in doc
-            for t in p["targets"]:
-                assert t["expr"] in doc
+        for panel in data_panels(gen.build_dashboard(uid)):
+            assert f"#### {panel['title']}" in doc
+            for target in panel["targets"]:
+                assert target["expr"] in doc
 
 
 # ------------------------------------------------------------------------------- Grafana 10.4, 11, 12, 13 schemas
@@ -346,7 +426,7 @@ def test_dashboards_type_check_against_every_grafana_release_users_run(tmp_path)
     dashboards = sorted((ROOT / "dashboards").glob("*.json"))
     assert check.check(cache, dashboards) == []
     bad = json.loads(dashboards[0].read_text())
-    tables = [p for p in bad["panels"] if p["type"] == "table"]
+    tables = [panel for panel in bad["panels"] if panel["type"] == "table"]
     assert tables
     tables[0]["options"]["footer"] = {"show": False}
     (tmp_path / "footer.json").write_text(json.dumps(bad))

@@ -1,7 +1,8 @@
 """Every dashboard query returns data from a real Prometheus.
 
-A real Prometheus (scrape interval 1 s) scrapes two /metrics endpoints on 127.0.0.1, as in production where the
-sidecar and the SGLang server are two targets on one host:
+A real Prometheus (scrape interval and time-out 2 s: on a loaded machine a scrape here took up to 0.9 s) scrapes
+two /metrics endpoints on 127.0.0.1, as in production where the sidecar and the SGLang server are two targets on
+one host:
 
 - variant `static`: the sidecar's endpoint serves an exposition written here from the catalog (every metric the
   exporter exposes, counters growing with each scrape), next to a simulated SGLang /metrics;
@@ -78,16 +79,16 @@ class Exposition:
             return self._render(self._tick)
 
 
-def _labels(d: dict) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in d.items()) + "}" if d else ""
+def _labels(labels: dict) -> str:
+    return "{" + ",".join(f'{name}="{value}"' for name, value in labels.items()) + "}" if labels else ""
 
 
 def _histogram(name: str, labels: dict, tick: int, buckets=(0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60)) -> list:
     lines = [f"# TYPE {name} histogram"]
     count = 10 * tick
-    for i, le in enumerate(buckets):
-        cum = min(count, int(count * (i + 1) / (len(buckets) - 2)))
-        lines.append(f"{name}_bucket{_labels({**labels, 'le': str(float(le))})} {float(cum)}")
+    for bucket, le in enumerate(buckets):
+        cumulative = min(count, int(count * (bucket + 1) / (len(buckets) - 2)))
+        lines.append(f"{name}_bucket{_labels({**labels, 'le': str(float(le))})} {float(cumulative)}")
     lines.append(f"{name}_bucket{_labels({**labels, 'le': '+Inf'})} {float(count)}")
     lines.append(f"{name}_sum{_labels(labels)} {count * 0.7}")
     lines.append(f"{name}_count{_labels(labels)} {float(count)}")
@@ -95,10 +96,10 @@ def _histogram(name: str, labels: dict, tick: int, buckets=(0.05, 0.1, 0.5, 1, 2
 
 
 def sglang_exposition(tick: int) -> str:
-    """SGLang 0.5.x scheduler/tokenizer metrics (sglang-formats.md §5), one TP rank."""
+    """Every SGLang family the dashboards read (each spelling of a renamed one), one TP rank."""
     base = {"engine_type": "unified", "model_name": MODEL, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0"}
     lines = []
-    for name, (kind, _first, _last) in sorted(gen.SGLANG_METRICS.items()):
+    for name, kind in sorted(gen.sglang_metrics().items()):
         if kind == "histogram":
             lines += _histogram(name, base, tick)
         elif kind == "counter":
@@ -120,34 +121,34 @@ SCRAPE_SOURCE = "http://127.0.0.1:30000/metrics"
 def exporter_exposition(tick: int) -> str:
     """Every metric of catalog.METRICS, with plausible values."""
     lines = []
-    for m in catalog.METRICS:
-        ptype = "counter" if m.type == "counter" else "gauge"
-        lines.append(f"# TYPE {m.name} {ptype}")
-        if "signal" in m.labels:
-            rows = [{"signal": s.id, **({"severity": s.severity} if "severity" in m.labels else {})}
-                    for s in catalog.SIGNALS]
-        elif m.name.endswith("_advice_info"):
+    for metric in catalog.METRICS:
+        ptype = "counter" if metric.type == "counter" else "gauge"
+        lines.append(f"# TYPE {metric.name} {ptype}")
+        if "signal" in metric.labels:
+            rows = [{"signal": signal.id, **({"severity": signal.severity} if "severity" in metric.labels else {})}
+                    for signal in catalog.SIGNALS]
+        elif metric.name.endswith("_advice_info"):
             rows = [{"flag": "--schedule-conservativeness", "action": "increase", "current": "1.0",
                      "suggested": "1.3", "signals": "retraction_storm,retractions_frequent"}]
         else:
             rows = [{}]
-            for label in m.labels:
-                values = [SCRAPE_SOURCE] if label == "source" and "scrape" in m.name else LABEL_VALUES[label]
-                if label == "source" and m.name.endswith("_source_up"):     # log files and the scrape alike
+            for label in metric.labels:
+                values = [SCRAPE_SOURCE] if label == "source" and "scrape" in metric.name else LABEL_VALUES[label]
+                if label == "source" and metric.name.endswith("_source_up"):     # log files and the scrape alike
                     values = [*LABEL_VALUES[label], SGLANG_SOURCE]
-                rows = [{**r, label: v} for r in rows for v in values]
-        for i, r in enumerate(rows):
-            if m.type == "counter":
-                value = float(tick * (i + 3))
-            elif m.name.endswith("_signal_firing"):
-                value = 1.0 if r["signal"] in ("retractions_frequent", "gpu_headroom_high") else 0.0
-            elif m.name.endswith("_gpu_headroom_bytes"):
+                rows = [{**row, label: label_value} for row in rows for label_value in values]
+        for index, row in enumerate(rows):
+            if metric.type == "counter":
+                value = float(tick * (index + 3))
+            elif metric.name.endswith("_signal_firing"):
+                value = 1.0 if row["signal"] in ("retractions_frequent", "gpu_headroom_high") else 0.0
+            elif metric.name.endswith("_gpu_headroom_bytes"):
                 value = 13.5 * catalog.GIB
-            elif m.name.endswith("_token_usage_ratio"):
+            elif metric.name.endswith("_token_usage_ratio"):
                 value = 0.82
             else:
-                value = float(i + 1)
-            lines.append(f"{m.name}{_labels(r)} {value}")
+                value = float(index + 1)
+            lines.append(f"{metric.name}{_labels(row)} {value}")
     return "\n".join(lines) + "\n"
 
 
@@ -205,8 +206,8 @@ def exporter_log(now: datetime) -> str:
         "max_running_requests=128, context_len=131072, available_gpu_mem=13.50 GB",
         f"{ts(280, '')} The server is fired up and ready to roll!",
     ]
-    for i in range(40):
-        ago = 240 - i * 6
+    for step in range(40):
+        ago = 240 - step * 6
         lines.append(f"{ts(ago)} Prefill batch, #new-seq: 3, #new-token: 4012, #cached-token: 1280, "
                      "token usage: 0.41, #running-req: 125, #queue-req: 2500, #pending-token: 0, "
                      "cuda graph: False, input throughput (token/s): 15342.77")
@@ -281,7 +282,7 @@ class Prometheus:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "1s"},
             "scrape_configs": [{"job_name": job, "static_configs": [
                 {"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": NAMESPACE}}]}
                 for job, port in targets],
@@ -302,7 +303,7 @@ class Prometheus:
 
     def _targets_up(self) -> bool:
         data = json.loads(_get(self.url + "/api/v1/targets")[1])["data"]["activeTargets"]
-        return len(data) > 0 and all(t["health"] == "up" for t in data)
+        return len(data) > 0 and all(target["health"] == "up" for target in data)
 
     def query(self, expr: str) -> list:
         try:
@@ -370,16 +371,16 @@ def stack(request, tmp_path_factory):
 
 
 def panel_targets():
-    for uid in gen.DASHBOARDS:
-        for p in gen.build_dashboard(uid)["panels"]:
-            for t in p.get("targets", []):
-                yield f"{uid} / {p['title']} / {t['refId']}", t["expr"]
+    for uid in gen.UIDS:
+        for panel in gen.build_dashboard(uid)["panels"]:
+            for target in panel.get("targets", []):
+                yield f"{uid} / {panel['title']} / {target['refId']}", target["expr"]
 
 
 def substitute(expr: str, values: dict) -> str:
     expr = expr.replace("$__rate_interval", RATE_INTERVAL)
-    for k in sorted(values, key=len, reverse=True):
-        expr = expr.replace(k, values[k])
+    for variable in sorted(values, key=len, reverse=True):
+        expr = expr.replace(variable, values[variable])
     assert "$" not in expr, expr
     return expr
 
@@ -419,19 +420,19 @@ def test_every_panel_target_returns_data(stack, selection):
 
 
 def test_variables_have_values(stack):
-    for uid in gen.DASHBOARDS:
-        for v in gen.build_dashboard(uid)["templating"]["list"]:
-            if v["type"] != "query":
+    for uid in gen.UIDS:
+        for variable in gen.build_dashboard(uid)["templating"]["list"]:
+            if variable["type"] != "query":
                 continue
-            match = re.fullmatch(r"label_values\((.*), (\w+)\)", v["query"])
+            match = re.fullmatch(r"label_values\((.*), (\w+)\)", variable["query"])
             selector = substitute(match.group(1), SUBSTITUTIONS["all"])
             label = match.group(2)
             values = wait_until(lambda label=label, sel=selector: stack.label_values(label, sel),
                                 timeout=30,
-                                what=f"values of ${v['name']}")
-            if v["regex"]:
-                rx = re.compile(v["regex"].strip("/"))
-                values = sorted({rx.fullmatch(x).group(1) for x in values})
-            expected = {"namespace": NAMESPACE, "model": MODEL, "instance": "127.0.0.1"}[v["name"]]
-            assert values == [expected], (uid, v["name"], values)
+                                what=f"values of ${variable['name']}")
+            if variable["regex"]:
+                host_pattern = re.compile(variable["regex"].strip("/"))
+                values = sorted({host_pattern.fullmatch(host).group(1) for host in values})
+            expected = {"namespace": NAMESPACE, "model": MODEL, "instance": "127.0.0.1"}[variable["name"]]
+            assert values == [expected], (uid, variable["name"], values)
 

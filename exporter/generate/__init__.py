@@ -5,9 +5,6 @@ Each module renders one kind of output with its own `render(config)`; this one o
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 from pathlib import Path
 
 from exporter.config import Config
@@ -16,25 +13,25 @@ from exporter.config import Config
 GENERATED_DIRS = ("docs/runbooks",)
 
 
-def dashboards_files(config: Config) -> dict[str, str]:
-    """The dashboards generator's files (its render takes the config once it is rewritten to)."""
-    from exporter.generate import dashboards
-    takes_config = bool(inspect.signature(dashboards.render).parameters)
-    return dashboards.render(config) if takes_config else dashboards.render()
-
-
 def render(config: Config | None = None) -> dict[str, str]:
     """Repository-relative path -> text of every generated file."""
-    from exporter.generate import alertmanager, alerts_doc, kubernetes, promtool, rules, runbooks, sources
+    from exporter.generate import (
+        alertmanager,
+        alerts_doc,
+        dashboards,
+        kubernetes,
+        metrics_doc,
+        promtool,
+        rules,
+        runbooks,
+        sources,
+    )
     from exporter.releases import compatibility
     config = config or Config()
     files: dict[str, str] = {}
-    for module in (rules, promtool, alertmanager, runbooks, alerts_doc, sources):
+    for module in (rules, promtool, alertmanager, runbooks, alerts_doc, sources, dashboards, metrics_doc):
         files.update(module.render(config))
-    files.update(dashboards_files(config))
     files[compatibility.PATH] = compatibility.render()
-    if importlib.util.find_spec("exporter.generate.metrics_doc") is not None:   # docs/metrics.md, once it exists
-        files.update(importlib.import_module("exporter.generate.metrics_doc").render(config))
     files.update(kubernetes.render_from(files))
     return files
 

@@ -82,5 +82,5 @@ def render_from(sources: dict[str, str]) -> dict[str, str]:
 
 
 def render(config: Config) -> dict[str, str]:
-    from exporter.generate import dashboards_files, rules
-    return render_from({**rules.render(config), **dashboards_files(config)})
+    from exporter.generate import dashboards, rules
+    return render_from({**rules.render(config), **dashboards.render(config)})

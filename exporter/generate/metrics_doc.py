@@ -2,7 +2,6 @@
 from the catalog (catalog_metrics, the signals, catalog_native)."""
 from __future__ import annotations
 
-
 from exporter.catalog import METRICS, SIGNAL_VALUE_METRICS, SIGNALS
 from exporter.catalog_native import native_families, native_family
 
