@@ -32,14 +32,13 @@ which hands back a `Response` (from any thread, via `reply`) for the I/O thread 
 from __future__ import annotations
 
 import errno
+import logging
 import re
 import selectors
 import socket
 import ssl
-import sys
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +46,8 @@ from email.utils import formatdate
 from http import HTTPStatus
 from queue import Full, Queue
 from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ class Listener:
                             try:
                                 self._step(conn)
                             except Exception:  # noqa: BLE001 - a bug met by one connection must not stop the loop
-                                traceback.print_exc(file=sys.stderr)
+                                log.exception("HTTP connection failed; closing it")
                                 self._close(conn)
                 self._take_replies()
                 if self._next_sweep is not None and self.clock() >= self._next_sweep:
@@ -545,7 +546,7 @@ class Listener:
             try:
                 self.handler(request, reply)
             except Exception:  # noqa: BLE001 - one broken request must not take a worker with it
-                traceback.print_exc(file=sys.stderr)
+                log.exception("HTTP handler failed")
                 reply(Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", close=True))
 
     def _reply(self, conn: _Conn, request: Request, response: Response) -> None:
