@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from exporter import __version__
 from exporter.catalog import PROFILES
@@ -218,10 +219,11 @@ def cmd_generate(args) -> int:
     Kubernetes copies of alerts and dashboards, from the catalog."""
     from exporter.generate import alerts, dashboards, sources
     from exporter.releases import compatibility
-    steps = [("alerts and runbooks", alerts.generate, alerts.check),
-             ("dashboards", dashboards.generate, dashboards.check),
-             ("signal sources", sources.generate, sources.check),
-             ("SGLang release compatibility", compatibility.generate, compatibility.check)]
+    Step = tuple[str, Callable[..., list], Callable[..., list]]     # what, generate, check (-> stale paths)
+    steps: list[Step] = [("alerts and runbooks", alerts.generate, alerts.check),
+                         ("dashboards", dashboards.generate, dashboards.check),
+                         ("signal sources", sources.generate, sources.check),
+                         ("SGLang release compatibility", compatibility.generate, compatibility.check)]
     deploy = _deploy_generator()
     if deploy is not None:
         def write_manifests() -> list:
@@ -252,6 +254,8 @@ def _deploy_generator():
     if not path.is_file():
         return None
     spec = importlib.util.spec_from_file_location("sglang_exporter_deploy_generate", path)
+    if spec is None or spec.loader is None:
+        return None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

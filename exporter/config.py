@@ -43,7 +43,7 @@ class Config:
 
     def signal_params(self) -> dict[str, dict | None]:
         """Thresholds in force per signal for this profile and these overrides (None = inactive)."""
-        out = {}
+        out: dict[str, dict | None] = {}
         for sig in SIGNALS:
             base = sig.params(self.profile)
             over = dict(self.signals.get(sig.id) or {})

@@ -152,7 +152,7 @@ class Listener:
         self._wake_w.setblocking(False)
         self._conns: dict[int, _Conn] = {}          # fd -> connection
         self._waiting: dict[int, None] = {}         # fds awaiting a request head, oldest first (eviction order)
-        self._done: deque = deque()                 # (conn, bytes, close) handed back by workers
+        self._done: deque[tuple[_Conn, bytes, bool]] = deque()   # (conn, bytes, close) handed back by workers
         self._jobs: Queue = Queue(maxsize=self.limits.queue_size)
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -400,7 +400,8 @@ class Listener:
         self._parse(conn)
 
     def _parse(self, conn: _Conn) -> None:
-        while conn.buf[:1] in (b"\r", b"\n"):      # RFC 9112 2.2: ignore blank lines before a request line
+        # RFC 9112 2.2: ignore blank lines before a request line (a bytearray equals the bytes it holds)
+        while conn.buf[:1] in (b"\r", b"\n"):  # type: ignore[comparison-overlap]
             del conn.buf[:1]
         limit = self.limits.max_head_bytes
         m = _HEAD_END.search(conn.buf)
@@ -414,8 +415,8 @@ class Listener:
         head = bytes(conn.buf[:m.start()])
         del conn.buf[:m.end()]
         request, error = self._parse_head(head)
-        if error is not None:
-            self._fail(conn, error)
+        if error is not None or request is None:
+            self._fail(conn, error or HTTPStatus.BAD_REQUEST)
             return
         conn.served += 1
         conn.close_after = _wants_close(request) or conn.served >= self.limits.max_requests_per_connection

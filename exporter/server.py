@@ -233,7 +233,8 @@ class App:
             return Response(200, b"ok\n")
         if self.auth is not None:
             return Response(503, b"not ok\n")
-        word = re.match(r"[A-Za-z0-9_.-]{0,40}", str(reason)).group() or "unhealthy"
+        m = re.match(r"[A-Za-z0-9_.-]{0,40}", str(reason))
+        word = (m.group() if m else "") or "unhealthy"
         return Response(503, f"{word}\n".encode())
 
     def _safe_route(self, request: Request) -> Response:
@@ -278,7 +279,7 @@ def make_server(sidecar, host: str, port: int, web: dict | None = None, limits: 
     _raise_fd_limit()
     server = Listener((host, port), app.handle, limits=limits, ssl_context=ctx,
                       on_close=app.auth.close if app.auth is not None else None)
-    server.app = app
+    server.app = app  # type: ignore[attr-defined]  # for tests and tools that reach the App
     return server
 
 

@@ -94,7 +94,7 @@ class Sidecar:
         self.worker_errors: dict[str, int] = dict.fromkeys(WORKERS, 0)
         self.heartbeat: dict[str, float] = {}      # worker -> monotonic time of its last completed iteration
         self._next_save = 0.0
-        self._saved = None                        # the last Checkpoint written (or loaded)
+        self._saved: checkpoint.Checkpoint | None = None   # the last Checkpoint written (or loaded)
         self._history_t: float | None = None      # the time given to the last replayed line
 
     # ------------------------------------------------------------------ start-up
@@ -291,6 +291,7 @@ class Sidecar:
         now = self.clock()
         with self.lock:
             last = self.last_scrape
+            assert last is not None                  # kept whenever sglang_url is set
             last["rejected"].update(res.rejected)
             if res.success:
                 try:
@@ -371,6 +372,7 @@ class Sidecar:
             except Exception:  # noqa: BLE001 - the loop outlives any fault; `stuck` shows if it keeps failing
                 log.exception("scrape loop: unexpected error")
                 with self.lock:
+                    assert self.last_scrape is not None      # this loop runs only with sglang_url set
                     self.last_scrape["internal_errors"] += 1
                 self._count_error("scrape")
             self.heartbeat["scrape"] = time.monotonic()

@@ -755,7 +755,7 @@ class Simulator:
                   ("sglang:num_used_tokens", "The number of used tokens.", "tokens"),
                   ("sglang:cache_hit_rate", "The prefix cache hit rate.", "hit_rate"))
         for name, doc, attr in gauges:
-            fam = GaugeMetricFamily(name, doc, labels=list(per_rank[0][0]))
+            fam: GaugeMetricFamily | CounterMetricFamily = GaugeMetricFamily(name, doc, labels=list(per_rank[0][0]))
             for labels, r in per_rank:
                 fam.add_metric(list(labels.values()), float(getattr(r, attr)))
             fams.append(fam)

@@ -27,6 +27,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -475,6 +476,7 @@ def native_alerts(p: Params) -> list[Alert]:
 
     def add(name, sid, expr, summary, description, thr_note=""):
         s = catalog.SIGNALS_BY_ID[sid]
+        assert s.alert is not None                      # only signals with an alert get one here
         labels = {"signal": sid}
         if sid in FAMILIES:
             labels["family"] = FAMILIES[sid]
@@ -506,7 +508,7 @@ def native_alerts(p: Params) -> list[Alert]:
         if not t:
             continue
         w = p.range_(fmt_duration(catalog.SIGNALS_BY_ID[sid].window_seconds))
-        summary = catalog.SIGNALS_BY_ID[sid].alert.summary
+        summary = catalog.SIGNALS_BY_ID[sid].alert.summary  # type: ignore[union-attr]
         add(name, sid,
             f"sum by ({G}) (\n  # TP/PP ranks of one DP group retract the same requests: count each group once\n"
             f"  max by ({G}, dp_rank) (rate(sglang:num_retracted_requests_total{_sel(sel)}[{w}]))\n)"
@@ -697,7 +699,7 @@ def _first_true(cond, t_from: float, t_to: float, step: float) -> float:
 
 def _signal_test(p: Params, a: Alert) -> dict:
     I = _interval(p)
-    s = catalog.SIGNALS_BY_ID[a.signal]
+    s = catalog.SIGNALS_BY_ID[a.signal]  # type: ignore[index]  # (a signal's alert names it)
     f = parse_duration(a.for_)
     start_steps = 5
     steps = start_steps + int(f / I) + 6
@@ -868,7 +870,7 @@ def _native_tests(p: Params, a: Alert) -> list[dict]:
     def out_labels(lab):
         return {k: v for k, v in lab.items() if k in keep}
 
-    t = p.t(a.signal)
+    t: dict = p.t(a.signal)  # type: ignore[arg-type, assignment]  # (a native alert's signal is active)
     if a.name == "SGLangNativeQueueAboveRange":
         thr = t["max_queue"]
         steps = int(f / I) + 5
@@ -893,7 +895,8 @@ def _native_tests(p: Params, a: Alert) -> list[dict]:
                                      _alert_case(a.name, f, [_exp(a, out_labels(A), 0.5)])]}]
     if a.name in ("SGLangNativeRetractionsFrequent", "SGLangNativeRetractionStorm"):
         thr = t["per_minute"]
-        W = parse_duration(p.range_(fmt_duration(catalog.SIGNALS_BY_ID[a.signal].window_seconds)))
+        W = parse_duration(p.range_(fmt_duration(
+            catalog.SIGNALS_BY_ID[a.signal].window_seconds)))  # type: ignore[index]
         hi = thr * 2.4 if thr else 1.0       # requests per minute: fires (no tie on the ramp-up)
         lo = thr * 0.99                       # just inside: never fires
         steps = int((2 * W + f) / I) + 5
@@ -1011,7 +1014,7 @@ def _recording_tests_exporter(p: Params) -> dict:
         ]
     ns = NS_
     oom_window = 3600.0
-    exp = {
+    exp: dict[str, Any] = {
         f"namespace:{M_RETR[:-6]}:rate{w}": [({"namespace": ns}, ra + rb), ({"namespace": "other"}, rc)],
         f"namespace_pod:{M_RETR[:-6]}:rate{w}": [({"namespace": ns, "pod": POD_A}, ra),
                                                   ({"namespace": ns, "pod": POD_B}, rb),

@@ -17,6 +17,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -685,7 +686,7 @@ def detail_panels() -> list:
     ]
 
 
-DASHBOARDS = {
+DASHBOARDS: dict[str, dict[str, Any]] = {
     "sglang-overview": {
         "title": "SGLang / Overview",
         "description": "Health signals, tuning advice and headline numbers of SGLang servers, from "
@@ -733,7 +734,7 @@ def _mappings(mappings) -> list:
 
 
 def _target(t: Target, ref: str) -> dict:
-    d = {"datasource": DS, "editorMode": "code", "expr": t.expr, "refId": ref}
+    d: dict[str, Any] = {"datasource": DS, "editorMode": "code", "expr": t.expr, "refId": ref}
     if t.table:
         d.update({"format": "table", "instant": True, "range": False, "legendFormat": "__auto"})
     else:
@@ -745,7 +746,7 @@ def _panel(p: Panel, pid: int, x: int, y: int) -> dict:
     grid = {"h": p.h, "w": p.w, "x": x, "y": y}
     if p.type == "row":
         return {"collapsed": False, "gridPos": grid, "id": pid, "panels": [], "title": p.title, "type": "row"}
-    defaults = {"color": {"mode": "palette-classic" if p.type == "timeseries" else "thresholds"},
+    defaults: dict[str, Any] = {"color": {"mode": "palette-classic" if p.type == "timeseries" else "thresholds"},
                 "mappings": _mappings(p.mappings), "thresholds": _steps(p.steps), "unit": p.unit}
     if p.min is not None:
         defaults["min"] = p.min
