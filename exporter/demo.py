@@ -109,10 +109,10 @@ Signals below change as the scenario unfolds; Ctrl-C stops.""", flush=True)
             if args.duration is not None and elapsed >= args.duration:
                 break
     finally:
-        stop.set()
         server.shutdown()
         server.server_close()
-        sidecar.shutdown()
+        sidecar.shutdown()           # before the simulated SGLang goes: no "down" line on the way out
+        stop.set()
         sim.join(5)
     return 0
 

@@ -621,6 +621,13 @@ def detail_panels() -> list:
                   "(SGLangTargetDown).",
               targets=[Target(f"min by ({BY}, source) ({NS}_source_up{{{SEL}}})", "{{instance}} {{source}}")],
               mappings=[(0, "down", "red"), (1, "up", "green")], steps=[(None, "green")]),
+        Panel("Since a source last failed", "timeseries", "s", min=0,
+              shows="Per source, how long ago the sidecar last saw it failing (a failed scrape; a log file "
+                    "missing, unreadable or stale); no line for a source that never failed.",
+              good="no line, or a line that keeps growing: the last problem is long past.",
+              bad="near 0: the source fails now; /api/v1/signals (sources) and the sidecar's log give the reason.",
+              targets=[Target(f"time() - max by ({BY}, source) "
+                              f"({NS}_source_last_error_timestamp_seconds{{{SEL}}})", "{{instance}} {{source}}")]),
         Panel("Log rotations, truncations and cut lines", "timeseries", "short", min=0,
               shows="Log rotations followed, truncations detected and over-long lines cut, per rate interval; "
                     "stale (1) while a rotated-away file is still written to.",
