@@ -114,7 +114,7 @@ class Reconciler:
                  headroom_bytes: float | None = None, total_gpu_bytes: float | None = None,
                  facts: dict | None = None) -> list[Recommendation]:
         firing = tuple(sid for sid, j in judgements.items() if j.firing)
-        key = [firing, headroom_bytes, total_gpu_bytes, facts, tuple(server_args)]   # keys tell the release
+        key: list = [firing, headroom_bytes, total_gpu_bytes, facts, tuple(server_args)]   # keys tell the release
         for name in _arg_names(firing):         # what _current() reads
             v = server_args.get(name)
             if v is None:
@@ -233,8 +233,8 @@ def _suggest(flag, adv: Advice, current, server_args, memory_config, headroom, t
         if cur is None:
             return adv.suggested
         if adv.action == "increase":
-            return round(max(adv.suggested, cur + 0.3), 2)
-        return round(min(adv.suggested, cur / 2), 2)
+            return round(max(adv.suggested, cur + 0.3), 2)  # type: ignore[call-overload]  # (a number)
+        return round(min(adv.suggested, cur / 2), 2)  # type: ignore[call-overload]
     if flag == "--mem-fraction-static" and cur is not None:
         if adv.action == "decrease":
             if "gpu_headroom_low" in signals and headroom is not None and total:

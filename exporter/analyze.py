@@ -110,7 +110,8 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
     meter = Progress(total, enabled=progress)
     chart = Series() if series else None
     stats = []
-    first = last = last_eval = None
+    first = last = None
+    last_eval = 0.0         # (set with `first`, before it is read)
     lines_seen = 0
     time_only = False
     ingest_row = engine.ingest_row

@@ -122,6 +122,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "last time; SGLang's /metrics (source=\"sglang_metrics\") when its last scrape succeeded, less than "
                "scrape_stale_after ago, and the scraper is not stuck (no scrape finished for 2 x (scrape_interval + "
                "scrape_timeout)). The one series that says whether a scrape worked.", ("source",)),
+    MetricSpec(f"{NS}_source_last_error_timestamp_seconds", "gauge", "Unix time a problem with the source "
+               "was last seen (a failed scrape; a log file missing, unreadable, stale or not read); absent until "
+               "the first. The reason is in the exporter's log and in /api/v1/signals (sources).", ("source",)),
     MetricSpec(f"{NS}_scrape_success", "gauge", "1 when the last scrape of SGLang's /metrics succeeded; 0 "
                "too when none finished for 2 x (scrape_interval + scrape_timeout) (a stuck scraper).",
                ("source",), deprecated=DEPRECATED_IN, replaced_by=f'{NS}_source_up{{source="sglang_metrics"}}'),

@@ -147,7 +147,7 @@ SIGNAL_METRICS: dict[str, tuple | None] = {
     "pd_backlog": (("prefill_bootstrap_queue", "prefill_prealloc_queue", "prefill_inflight_queue",
                     "decode_prealloc_queue", "decode_transfer_queue"),),
 }
-PD_QUEUES = SIGNAL_METRICS["pd_backlog"][0]
+PD_QUEUES: tuple = SIGNAL_METRICS["pd_backlog"][0]  # type: ignore[index]  # (written just above)
 # Signals no log line can feed: with logs as the only source they are unknown and unsupported.
 METRICS_ONLY = frozenset(("latency_high", "queue_wait_high", "prefix_reuse_missed", "kv_pressure",
                           "spec_accept_low", "pd_backlog"))
@@ -295,11 +295,11 @@ def missing_metrics(signal: str, present, families_seen=()) -> str:
             continue
         fams = [(f, n) for v in group for f, n in zip(NATIVE_BY_NAME[v].families, native_metric_names(v))]
         needs = ", ".join(f"{n} ({_span_text(f)})" for f, n in fams)
-        fams = [f for f, _ in fams]
+        shorts = [f for f, _ in fams]
         rng = release_range(families_seen)
         if rng is not None:
             lo, hi = rng
-            if not any(_exposable(f, lo, hi) for f in fams):
+            if not any(_exposable(f, lo, hi) for f in shorts):
                 where = f"SGLang {lo}" + ("" if hi == lo else f" to {hi or 'newest'}")
                 return f"not exported by this release ({where}): needs one of {needs}"
         return f"not in SGLang's /metrics (yet): needs one of {needs}"

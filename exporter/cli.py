@@ -15,8 +15,12 @@ import threading
 from exporter import __version__
 from exporter.catalog import PROFILES
 from exporter.config import DEFAULT_PORT, ConfigError, build
+from exporter.logging_setup import FORMATS as LOG_FORMATS
+from exporter.logging_setup import LEVELS as LOG_LEVELS
+from exporter.logging_setup import configure as configure_logging
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+log = logging.getLogger(__name__)
 
 
 def _err(msg: str) -> None:
@@ -172,8 +176,8 @@ def cmd_serve(args) -> int:
     web = load_web_config(cfg.web_config)
     host, port = cfg.listen_host_port
     # the sidecar's own log (stderr): one line per source going down or up, rotations, positions, worker errors
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(_log_setting(args.log_level, "--log-level", LOG_LEVELS, "info"),
+                      _log_setting(args.log_format, "--log-format", LOG_FORMATS, "text"))
     sidecar = Sidecar(cfg)
     try:
         server = make_server(sidecar, host, port, web)
@@ -191,14 +195,23 @@ def cmd_serve(args) -> int:
     sidecar.start()
     serve_in_thread(server)
     scheme = "https" if web.get("tls") else "http"
-    print(f"sglang-exporter {__version__}: serving {scheme}://{host}:{server.server_address[1]}/metrics "
-          f"(profile {cfg.profile}; logs: {', '.join(cfg.log_files) or 'none'}; "
-          f"sglang: {cfg.sglang_url or 'none'})", file=sys.stderr, flush=True)
+    log.info("sglang-exporter %s: serving %s://%s:%d/metrics (profile %s; logs: %s; sglang: %s)", __version__,
+             scheme, host, server.server_address[1], cfg.profile, ", ".join(cfg.log_files) or "none",
+             cfg.sglang_url or "none")
     done.wait()
     server.shutdown()
     server.server_close()
     sidecar.shutdown()
     return EXIT_OK
+
+
+def _log_setting(flag: str | None, name: str, known: tuple, default: str) -> str:
+    """A logging flag's value: the flag, else its environment twin, else `default`."""
+    env = "SGLANG_EXPORTER_" + name[2:].upper().replace("-", "_")
+    value = flag or os.environ.get(env) or default
+    if value not in known:
+        raise ConfigError(f"{env}: {value!r} is not one of {', '.join(known)}")
+    return value
 
 
 def cmd_generate(args) -> int:
@@ -262,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--web-config", metavar="FILE", help="TLS / basic auth file (env SGLANG_EXPORTER_WEB_CONFIG)")
     s.add_argument("--scrape-interval", type=float, metavar="S", help="seconds between scrapes of SGLang (15)")
     s.add_argument("--scrape-timeout", type=float, metavar="S", help="scrape timeout, below the interval (5)")
+    s.add_argument("--log-level", choices=LOG_LEVELS, help="least severe record of the exporter's own log on "
+                   "stderr (env SGLANG_EXPORTER_LOG_LEVEL; default info)")
+    s.add_argument("--log-format", choices=LOG_FORMATS, help="text, or json: one JSON object per line for log "
+                   "pipelines (env SGLANG_EXPORTER_LOG_FORMAT; default text)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("parse", help="print one JSON object per recognised SGLang log record (JSON Lines)")

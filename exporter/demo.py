@@ -1,19 +1,27 @@
 """`sglang-exporter demo`: a simulated SGLang and the sidecar side by side, for a first look without a GPU.
 
 The simulator writes a scenario's log lines at `speed` simulated seconds per real second and serves
-/metrics; the sidecar follows that log and scrapes that endpoint exactly as it would a real server.
+/metrics; the sidecar follows that log and scrapes that endpoint exactly as it would a real server. When the
+scenario is over the simulated SGLang stays up with no requests (its queue drained), as a real one left idle
+would: nothing pages for a server that merely has no work. The demo's temporary folder goes when it stops.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
+import shutil
 import signal
 import sys
 import tempfile
 import threading
+import time
 
 from exporter.config import Config, split_host_port
+from exporter.logging_setup import configure as configure_logging
 from exporter.server import make_server, serve_in_thread
 from exporter.sidecar import Sidecar
+from exporter.simulate import Phase, Scenario
 
 
 def _free_port(host: str) -> int:
@@ -23,21 +31,44 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+def then_idle(scenario: Scenario) -> Scenario:
+    """`scenario`, then its requests finish: one batch with nothing running or queued, then silence for as
+    long as the demo runs. Without it the last batch line would leave a queue waiting forever, which is
+    exactly what the `stalled` signal pages on."""
+    drained = Phase(duration=1, queue=0, running=0, token_usage=0.0, retractions_per_minute=0.0)
+    idle = Phase(duration=math.inf, silent=True)
+    return dataclasses.replace(scenario, phases=[*scenario.phases, drained, idle])
+
+
 def run_demo(args) -> int:
     from exporter import simulate
     try:
-        simulate.load_scenario(args.scenario)
+        scenario = simulate.load_scenario(args.scenario)
     except Exception as exc:  # noqa: BLE001 - any scenario problem is a usage error here
         print(f"sglang-exporter: error: --scenario {args.scenario}: {exc}", file=sys.stderr)
         return 2
     host, port = split_host_port(args.listen, "--listen")
+    configure_logging("warning")         # a source going down, a worker failing: worth a line amid the status
+    done = threading.Event()
+    # installed before anything is created, so Ctrl-C or SIGTERM at any point still cleans up below
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
     workdir = tempfile.mkdtemp(prefix="sglang-exporter-demo-")
+    try:
+        return _run(args, then_idle(scenario), scenario.duration, workdir, host, port, done)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(args, scenario: Scenario, story_seconds: float, workdir: str, host: str, port: int,
+         done: threading.Event) -> int:
+    from exporter import simulate
     log_path = os.path.join(workdir, "sglang.log")
     open(log_path, "a").close()
     sim_port = _free_port("127.0.0.1")
     stop = threading.Event()
     sim = threading.Thread(target=simulate.run_simulator, name="simulator", daemon=True,
-                           kwargs={"scenario": args.scenario, "log_path": log_path,
+                           kwargs={"scenario": scenario, "log_path": log_path,
                                    "metrics_listen": f"127.0.0.1:{sim_port}", "speed": args.speed,
                                    "stop_event": stop})
     sim.start()
@@ -49,35 +80,40 @@ def run_demo(args) -> int:
         server = make_server(sidecar, host, port)
     except OSError as exc:
         stop.set()
+        sim.join(5)
         print(f"sglang-exporter: error: --listen {args.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    sidecar.start()
-    serve_in_thread(server)
-    base = f"http://{host}:{server.server_address[1]}"
-    print(f"""sglang-exporter demo: scenario '{args.scenario}' at {args.speed:g}x speed
+    started = time.monotonic()
+    try:
+        sidecar.start()
+        serve_in_thread(server)
+        base = f"http://{host}:{server.server_address[1]}"
+        print(f"""sglang-exporter demo: scenario '{args.scenario}' at {args.speed:g}x speed
   simulated SGLang log : {log_path}
   simulated /metrics   : http://127.0.0.1:{sim_port}/metrics
   our metrics          : {base}/metrics
   signals (JSON)       : {base}/api/v1/signals
 Signals below change as the scenario unfolds; Ctrl-C stops.""", flush=True)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    waited = 0.0
-    last_line = ""
-    while not done.wait(2.0):
-        waited += 2.0
-        line = _status_line(sidecar)
-        if line != last_line:
-            print(line, flush=True)
-            last_line = line
-        if args.duration is not None and waited >= args.duration:
-            break
-    stop.set()
-    server.shutdown()
-    server.server_close()
-    sidecar.shutdown()
-    sim.join(5)
+        last_line = ""
+        told_over = False
+        while not done.wait(2.0):
+            line = _status_line(sidecar)
+            if line != last_line:
+                print(line, flush=True)
+                last_line = line
+            elapsed = time.monotonic() - started
+            if not told_over and elapsed * args.speed >= story_seconds:
+                told_over = True
+                print(f"  scenario over after {story_seconds:g} simulated seconds: the simulated SGLang is up "
+                      "with no requests now; signals settle as their windows pass. Ctrl-C stops.", flush=True)
+            if args.duration is not None and elapsed >= args.duration:
+                break
+    finally:
+        server.shutdown()
+        server.server_close()
+        sidecar.shutdown()           # before the simulated SGLang goes: no "down" line on the way out
+        stop.set()
+        sim.join(5)
     return 0
 
 

@@ -49,8 +49,8 @@ class Engine:
         self._evaluate = Evaluator(self.params)
         self._reconcile = Reconciler()
         # the hot path of `analyze` (one call per log record): the state's own methods, one call less per line
-        self.ingest = self.state.apply_event
-        self.ingest_row = self.state.apply_row
+        self.ingest = self.state.apply_event  # type: ignore[method-assign]
+        self.ingest_row = self.state.apply_row  # type: ignore[method-assign]
 
     def ingest(self, ev: Event, now: float) -> None:
         """Apply one log event at `now` (an instance attribute bound to the state's method replaces this)."""
@@ -98,8 +98,9 @@ class Engine:
         fl = self.state.failures
         rec = {"crash": fl.crash, "oom": fl.startup_oom}.get({"server_crashed": "crash",
                                                               "startup_oom": "oom"}.get(sid, ""))
-        entry = {"signal": sid, "t": rec.t if rec is not None else now, "cause_class": j.cause[0],
-                 "cause": j.cause[1], "line": rec.line if rec is not None else None}
+        assert j.cause is not None                  # a firing failure signal always has its cause
+        entry: dict = {"signal": sid, "t": rec.t if rec is not None else now, "cause_class": j.cause[0],
+                       "cause": j.cause[1], "line": rec.line if rec is not None else None}
         if sid == "startup_oom":
             entry["stage"] = self.startup_oom_stage = fl.startup_oom_stage
         same = next((e for e in reversed(self.failures_seen) if e["signal"] == sid), None)
@@ -172,7 +173,7 @@ def advice_facts(st: ServerState, judgements: dict | None = None) -> dict:
             return True
         j = judgements.get(sid)
         return j is not None and j.firing
-    out = {}
+    out: dict = {}
     if firing("startup_oom"):
         out["startup_oom_stage"] = st.failures.startup_oom_stage
     if firing("cuda_graph_off_small_batch"):

@@ -185,6 +185,12 @@ def families(view: View, errors: Counter | None = None) -> list:
             fam.add_metric([SGLANG_SOURCE], 1.0 if view.scrape["up"] else 0.0)
     build(f"{NS}_source_up", up)
 
+    def last_error(fam):
+        for name, st in sorted(view.sources.items()):
+            if st.last_error_time is not None:
+                fam.add_metric([name], _value(st.last_error_time))
+    build(f"{NS}_source_last_error_timestamp_seconds", last_error)
+
     def stale(fam):
         for path, s in sorted(view.log_sources.items()):
             fam.add_metric([path], 1.0 if s.get("stale") else 0.0)

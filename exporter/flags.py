@@ -32,7 +32,7 @@ def _index() -> tuple:
             end = _pos(changes[i + 1][0], pos) if i + 1 < len(changes) else n
             out[_pos(rel, pos):end] = [val] * (end - _pos(rel, pos))
         return out
-    fields = [set() for _ in rels]
+    fields: list[set] = [set() for _ in rels]
     accepts: list[dict] = [{} for _ in rels]
     primary: list[dict] = [{} for _ in rels]
     for name, e in releases._load("server_args.json").items():
@@ -71,7 +71,7 @@ def chain(name: str) -> tuple[str, ...]:
                 seen.add(n)
                 todo.append(n)
     first = {n: releases.first_release(n) for n in seen}
-    return tuple(sorted(seen, key=lambda n: (releases.version_key(first[n]) if first[n] else (0,), n)))
+    return tuple(sorted(seen, key=lambda n: (releases.version_key(f) if (f := first[n]) else (0,), n)))
 
 
 @functools.cache

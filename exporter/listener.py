@@ -32,14 +32,13 @@ which hands back a `Response` (from any thread, via `reply`) for the I/O thread 
 from __future__ import annotations
 
 import errno
+import logging
 import re
 import selectors
 import socket
 import ssl
-import sys
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +46,8 @@ from email.utils import formatdate
 from http import HTTPStatus
 from queue import Full, Queue
 from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ class Listener:
         self._wake_w.setblocking(False)
         self._conns: dict[int, _Conn] = {}          # fd -> connection
         self._waiting: dict[int, None] = {}         # fds awaiting a request head, oldest first (eviction order)
-        self._done: deque = deque()                 # (conn, bytes, close) handed back by workers
+        self._done: deque[tuple[_Conn, bytes, bool]] = deque()   # (conn, bytes, close) handed back by workers
         self._jobs: Queue = Queue(maxsize=self.limits.queue_size)
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -189,7 +190,7 @@ class Listener:
                             try:
                                 self._step(conn)
                             except Exception:  # noqa: BLE001 - a bug met by one connection must not stop the loop
-                                traceback.print_exc(file=sys.stderr)
+                                log.exception("HTTP connection failed; closing it")
                                 self._close(conn)
                 self._take_replies()
                 if self._next_sweep is not None and self.clock() >= self._next_sweep:
@@ -399,7 +400,8 @@ class Listener:
         self._parse(conn)
 
     def _parse(self, conn: _Conn) -> None:
-        while conn.buf[:1] in (b"\r", b"\n"):      # RFC 9112 2.2: ignore blank lines before a request line
+        # RFC 9112 2.2: ignore blank lines before a request line (a bytearray equals the bytes it holds)
+        while conn.buf[:1] in (b"\r", b"\n"):  # type: ignore[comparison-overlap]
             del conn.buf[:1]
         limit = self.limits.max_head_bytes
         m = _HEAD_END.search(conn.buf)
@@ -413,8 +415,8 @@ class Listener:
         head = bytes(conn.buf[:m.start()])
         del conn.buf[:m.end()]
         request, error = self._parse_head(head)
-        if error is not None:
-            self._fail(conn, error)
+        if error is not None or request is None:
+            self._fail(conn, error or HTTPStatus.BAD_REQUEST)
             return
         conn.served += 1
         conn.close_after = _wants_close(request) or conn.served >= self.limits.max_requests_per_connection
@@ -545,7 +547,7 @@ class Listener:
             try:
                 self.handler(request, reply)
             except Exception:  # noqa: BLE001 - one broken request must not take a worker with it
-                traceback.print_exc(file=sys.stderr)
+                log.exception("HTTP handler failed")
                 reply(Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", close=True))
 
     def _reply(self, conn: _Conn, request: Request, response: Response) -> None:

@@ -11,6 +11,7 @@ import io
 import math
 import re
 from datetime import datetime, timezone
+from typing import Any
 
 from exporter.analyze import format_value
 from exporter.analyze import headline as headline_text
@@ -49,7 +50,9 @@ def decimate(t: list, y: list, buckets: int = MAX_POINTS) -> tuple[list, list]:
     return out_t, out_y
 
 
-def _dt(ts: float) -> datetime:
+def _dt(ts: float) -> Any:
+    """A time matplotlib places on a date axis (its stubs type axis values as floats; its date converter takes
+    datetimes)."""
     return datetime.fromtimestamp(ts, tz=timezone.utc).replace(tzinfo=None)
 
 

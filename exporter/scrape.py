@@ -166,7 +166,7 @@ def _read_family(res: ScrapeResult, fam, short: str, ours: str, kind: str, rank:
         for s in fam.samples:
             if s.name.endswith("_created") or s.labels.get("priority"):
                 continue
-            if label is not None and not wanted(s.labels.get(label, "")):
+            if label is not None and wanted is not None and not wanted(s.labels.get(label, "")):
                 continue
             if not _believable(res, ours, s.value):
                 series = None
@@ -193,7 +193,7 @@ class _DeadlineReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buf) -> int:
+    def readinto(self, buf) -> int | None:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("scrape deadline passed")
@@ -222,12 +222,14 @@ def _fetch(url: str, deadline: float, timeout: float, max_bytes: int) -> bytes:
         host, port = u.hostname or "", u.port
     except ValueError as exc:
         raise _Failed(f"unreachable: bad URL: {exc}") from None
+    conn: http.client.HTTPConnection
     if u.scheme == "https":
         conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
     else:
         conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    conn.response_class = lambda sock, *a, **kw: http.client.HTTPResponse(_DeadlineSocket(sock, deadline),
-                                                                          *a, **kw)
+    # a factory where http.client expects the class: the response reads through the scrape's deadline
+    conn.response_class = lambda sock, *a, **kw: http.client.HTTPResponse(  # type: ignore[assignment]
+        _DeadlineSocket(sock, deadline), *a, **kw)  # type: ignore[arg-type]
     try:
         conn.connect()
         conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
@@ -275,7 +277,7 @@ def _reason(exc: BaseException, timeout: float) -> str:
     elif isinstance(exc, http.client.LineTooLong):
         text = f"protocol: {exc}"
     elif isinstance(exc, http.client.BadStatusLine):
-        text = f"protocol: not an HTTP reply: {exc.line!r}"
+        text = f"protocol: not an HTTP reply: {exc.line!r}"  # type: ignore[attr-defined]  # (not in typeshed)
     elif isinstance(exc, http.client.HTTPException):
         text = f"protocol: {type(exc).__name__}: {exc}"
     elif isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):

@@ -7,14 +7,13 @@ import hashlib
 import hmac
 import html
 import json
+import logging
 import os
 import queue
 import re
 import ssl
-import sys
 import threading
 import time
-import traceback
 
 import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
@@ -25,6 +24,8 @@ from exporter.config import ConfigError
 from exporter.engine import SERVING_SIGNALS, verdict
 from exporter.expose import SidecarCollector
 from exporter.listener import Limits, Listener, Request, Response
+
+log = logging.getLogger(__name__)
 
 
 def signals_document(view) -> dict:
@@ -48,7 +49,8 @@ def signals_document(view) -> dict:
                         next((j.detail for sid, j in snap.judgements.items() if sid in SERVING_SIGNALS), ""))
     return {"version": view.version, "profile": view.profile, "time": snap.now, "model": view.model,
             "format_family": view.format_family, "verdict": name, "verdict_reason": why, "signals": signals,
-            "advice": [r.to_json() for r in snap.advice], "server": view.server}
+            "advice": [r.to_json() for r in snap.advice], "server": view.server,
+            "sources": [st.to_json(name) for name, st in sorted(view.sources.items())]}
 
 
 def load_web_config(path: str | None) -> dict:
@@ -231,14 +233,15 @@ class App:
             return Response(200, b"ok\n")
         if self.auth is not None:
             return Response(503, b"not ok\n")
-        word = re.match(r"[A-Za-z0-9_.-]{0,40}", str(reason)).group() or "unhealthy"
+        m = re.match(r"[A-Za-z0-9_.-]{0,40}", str(reason))
+        word = (m.group() if m else "") or "unhealthy"
         return Response(503, f"{word}\n".encode())
 
     def _safe_route(self, request: Request) -> Response:
         try:
             return self._route(request)
         except Exception:  # noqa: BLE001 - a broken page answers 500; it must not cost a worker or verifier
-            traceback.print_exc(file=sys.stderr)
+            log.exception("answering %s %s failed", request.method, request.path)
             return Response(500, b"internal error\n", close=True)
 
     def _route(self, request: Request) -> Response:
@@ -276,7 +279,7 @@ def make_server(sidecar, host: str, port: int, web: dict | None = None, limits: 
     _raise_fd_limit()
     server = Listener((host, port), app.handle, limits=limits, ssl_context=ctx,
                       on_close=app.auth.close if app.auth is not None else None)
-    server.app = app
+    server.app = app  # type: ignore[attr-defined]  # for tests and tools that reach the App
     return server
 
 

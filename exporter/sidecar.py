@@ -26,6 +26,7 @@ from exporter.ingest.lines import read_range
 from exporter.ingest.pipeline import Sources as LogSources
 from exporter.ingest.positions import FINGERPRINT_BYTES
 from exporter.scrape import metrics_url, scrape
+from exporter.source_health import SourceHealth, SourceStatus, log_source_problem
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class View:
     worker_errors: dict = field(default_factory=dict)   # worker name -> unexpected errors caught
     extra: dict = field(default_factory=dict)
     server: dict = field(default_factory=dict)          # ServerState.facts(): release, layout, restarts, GPUs
+    sources: dict[str, SourceStatus] = field(default_factory=dict)   # source -> up, reason, last error
 
 
 class Sidecar:
@@ -82,7 +84,7 @@ class Sidecar:
         } if config.sglang_url else None
         self._scrape_ok_t: float | None = None    # clock time of the last good scrape
         self._scrape_done_t = clock()             # ... of the last scrape that finished, good or not
-        self._scrape_logged_up: bool | None = None    # None until a scrape finished: nothing to log before
+        self.health = SourceHealth()              # every source's up/down with its reason; logs the changes
         self.scrape_tried = not config.sglang_url
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -92,7 +94,7 @@ class Sidecar:
         self.worker_errors: dict[str, int] = dict.fromkeys(WORKERS, 0)
         self.heartbeat: dict[str, float] = {}      # worker -> monotonic time of its last completed iteration
         self._next_save = 0.0
-        self._saved = None                        # the last Checkpoint written (or loaded)
+        self._saved: checkpoint.Checkpoint | None = None   # the last Checkpoint written (or loaded)
         self._history_t: float | None = None      # the time given to the last replayed line
 
     # ------------------------------------------------------------------ start-up
@@ -227,7 +229,7 @@ class Sidecar:
         now = self.clock()
         with self.lock:
             self.engine.ingest_items(items, now)
-            self._update_log_up()
+            self._update_log_up(now)
         self.save_positions()
 
     def save_positions(self, force: bool = False) -> None:
@@ -253,10 +255,15 @@ class Sidecar:
             self._count_error("positions")
             log.warning("positions file %s: cannot write (%s)", path, exc.strerror or exc)
 
-    def _update_log_up(self) -> None:
-        if self.follower is not None:
-            alive = not self._follow_stuck()
-            self.engine.set_sources(log_up=alive and any(s.up for s in self.follower.stats.values()))
+    def _update_log_up(self, now: float) -> None:
+        f = self.follower
+        if f is not None:
+            stuck = self._follow_stuck()
+            self.engine.set_sources(log_up=not stuck and any(s.up for s in f.stats.values()))
+            stuck_for = time.monotonic() - f.last_poll if stuck and f.last_poll is not None else None
+            for path, s in f.stats.items():
+                problem = log_source_problem(path, s.up, s.stale, s.rotations, s.last_error, stuck_for)
+                self.health.observe(path, "log", f"log source {path}", s.up and not stuck, problem, now)
 
     def _follow_stuck(self) -> bool:
         """The follow thread runs but has not finished a poll for far longer than its interval: its sources read
@@ -284,6 +291,7 @@ class Sidecar:
         now = self.clock()
         with self.lock:
             last = self.last_scrape
+            assert last is not None                  # kept whenever sglang_url is set
             last["rejected"].update(res.rejected)
             if res.success:
                 try:
@@ -317,14 +325,11 @@ class Sidecar:
             self.engine.state.forget_scrape()
         last.update(up=up, stale=stale, stuck=stuck, last_success_age=age)
         self.engine.set_sources(metrics_up=up)
-        if up != self._scrape_logged_up and (self._scrape_logged_up is not None or last["error"] != NOT_YET):
-            self._scrape_logged_up = up
-            if up:
-                log.info("SGLang's /metrics at %s is up", cfg.sglang_url)
-            else:
-                why = "scraper stuck: no scrape finished for %.0f s" % (now - self._scrape_done_t) if stuck \
-                    else last["error"] if not last["success"] else "no good scrape for %.0f s" % (age or 0)
-                log.warning("SGLang's /metrics at %s is down: %s", cfg.sglang_url, why)
+        if last["error"] == NOT_YET and not stuck:
+            return                                # nothing to judge before the first scrape finished
+        why = "" if up else "stuck: no scrape finished for %.0f s" % (now - self._scrape_done_t) if stuck \
+            else last["error"] if not last["success"] else "stale: no good scrape for %.0f s" % (age or 0)
+        self.health.observe(SGLANG_SOURCE, "metrics", f"SGLang's /metrics at {cfg.sglang_url}", up, why, now)
 
     # ------------------------------------------------------------------ threads
     def start(self) -> None:
@@ -367,6 +372,7 @@ class Sidecar:
             except Exception:  # noqa: BLE001 - the loop outlives any fault; `stuck` shows if it keeps failing
                 log.exception("scrape loop: unexpected error")
                 with self.lock:
+                    assert self.last_scrape is not None      # this loop runs only with sglang_url set
                     self.last_scrape["internal_errors"] += 1
                 self._count_error("scrape")
             self.heartbeat["scrape"] = time.monotonic()
@@ -410,7 +416,7 @@ class Sidecar:
     def view(self) -> View:
         now = self.clock()
         with self.lock:
-            self._update_log_up()
+            self._update_log_up(now)
             self._update_metrics_up(now)
             snap = self.engine.evaluate(now)
             st = self.engine.state
@@ -445,6 +451,7 @@ class Sidecar:
                 ready=self.ready(),
                 worker_errors=dict(self.worker_errors),
                 server=st.facts(),
+                sources=self.health.snapshot(),
             )
 
     def _scrape_view(self) -> dict | None:

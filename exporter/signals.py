@@ -94,14 +94,14 @@ class Evaluator:
         """/metrics alone feeds the state: (unknown, reason, unsupported) when the scrape lacks the signal's
         inputs, else None. Kept per (signal, what the scrape carried), which changes with the release only."""
         key = (sid, state.native_present, state.native_seen)
-        said = self._gates.get(key, False)
+        said: tuple | bool | None = self._gates.get(key, False)
         if said is False:
             reason = missing_metrics(sid, state.native_present, state.native_seen)
             said = (None, None, reason, None, True) if reason else None
             if len(self._gates) > 4096:
                 self._gates.clear()
             self._gates[key] = said
-        return said
+        return said  # type: ignore[return-value]  # (False only before the store above)
 
 
 def _fed_by_batches(state: ServerState, sources: Sources) -> bool:

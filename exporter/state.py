@@ -55,7 +55,7 @@ class RankValues:
         """Take in the batch lines apply_row left unread: the latest of each shape, in the order they came (a
         newer line of a shape sets everything an older one of that shape set), so the values end up as if
         every line had been read."""
-        for shape, line in self.unread.items():
+        for shape, line in (self.unread or {}).items():
             self.take(*shape.values(line))
         self.unread = None
 
@@ -287,7 +287,7 @@ class ServerState:
         # classify() runs for every batch sample: the thresholds (fixed for the process) are read here once;
         # None = the signal is inactive in this profile
         def param(sid, key):
-            return params[sid][key] if params.get(sid) else None
+            return p[key] if (p := params.get(sid)) else None
         self._min_queue = param("queue_below_range", "min_queue")
         self._max_queue = param("queue_above_range", "max_queue")
         self._min_usage = param("kv_cache_underused", "min_usage")
@@ -408,7 +408,7 @@ class ServerState:
             self._crashed = True
             self.failures.failure(kind, f, now, ev.line)
         elif kind in STAGE_KINDS:
-            phase = f.get("phase")
+            phase = f.get("phase")  # type: ignore[assignment]  # (None: a stage line without a phase)
             self._startup_line(kind, ev, now)
             if kind == "load_weight" and phase == "begin" and f.get("avail_mem_bytes"):
                 self.total_gpu_bytes = max(self.total_gpu_bytes or 0, f["avail_mem_bytes"])

@@ -353,7 +353,9 @@ def stack(request, tmp_path_factory):
             closers.append(out.close)
             env = {**os.environ, "PYTHONPATH": str(ROOT)}
             proc = subprocess.Popen(
+                # a second log that is not there: a failing source, so its last-error time exists too
                 [sys.executable, "-m", "exporter", "serve", "--log-file", str(log), "--from-start",
+                 "--log-file", str(work / "not-written-yet.log"),
                  "--listen", f"127.0.0.1:{side_port}", "--sglang-url", f"http://127.0.0.1:{sglang.port}"],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
             closers.append(lambda: _stop(proc))

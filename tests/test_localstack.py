@@ -129,10 +129,21 @@ def test_local_stack_end_to_end(tmp_path):
             pytest.skip(msg)
     if not (ROOT / "alerts" / "sglang-exporter.rules.yml").exists() and not IN_CI:
         pytest.skip("alerts/ rules not generated yet")
+    if sys.prefix == sys.base_prefix:
+        msg = "run the tests in the project's virtualenv (scripts/test): the script installs into it"
+        pytest.fail(msg) if IN_CI else pytest.skip(msg)
     ports = {k: str(free_port()) for k in ("PROM_PORT", "AM_PORT", "EXPORTER_PORT", "SGLANG_PORT")}
     state = tmp_path / "stack"
+    # a newcomer's machine: the python3 first on PATH lacks the project's dependencies. The script must run
+    # everything in the project's virtualenv (here: the one running these tests, already set up)
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'prometheus_client'\" >&2\n"
+                                  "exit 1\n")
+    (stub / "python3").chmod(0o755)
     env = {**os.environ, **ports, "LOCAL_STACK_DIR": str(state), "NO_GRAFANA": "1", "TMPDIR": str(tmp_path),
-           "EXPORTER": f"{sys.executable} -m exporter", "PYTHONPATH": str(ROOT)}
+           "PATH": f"{stub}:{os.environ['PATH']}", "VENV_DIR": sys.prefix}
+    env.pop("EXPORTER", None)
     out = open(tmp_path / "stack.out", "wb")
     proc = subprocess.Popen(["bash", str(SCRIPT), "start"], env=env, stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -154,6 +165,8 @@ def test_local_stack_end_to_end(tmp_path):
             return health.get("sglang-exporter") == "up" and health.get("sglang") == "up"
 
         wait_until(target_up, timeout=90, interval=0.25, what="Prometheus to scrape the exporter and SGLang")
+        exporter_cmd = Path(f"/proc/{pids['exporter']}/cmdline").read_bytes().split(b"\0")
+        assert Path(exporter_cmd[0].decode()).parent == Path(sys.prefix) / "bin", exporter_cmd
 
         def rules_loaded():
             groups = _get(prom + "/api/v1/rules")["data"]["groups"]

@@ -60,6 +60,7 @@ def logfile(tmp_path):
 @pytest.fixture
 def served(logfile):
     s = Served(["--log-file", logfile, "--from-start"])
+    s.logfile = logfile
     try:
         wait_until(lambda: get(s.base + "/readyz")[0] == 200, timeout=20, what="serve to be ready")
         yield s
@@ -82,7 +83,9 @@ def test_endpoints(served):
     assert status == 200 and headers["Content-Type"] == "application/json"
     doc = json.loads(body)
     assert set(doc) == {"version", "profile", "time", "model", "format_family", "verdict", "verdict_reason",
-                        "signals", "advice", "server"}
+                        "signals", "advice", "server", "sources"}
+    assert [(s["source"], s["kind"], s["up"], s["reason"]) for s in doc["sources"]] == [
+        (served.logfile, "log", True, None)]
     assert doc["profile"] == "offline" and doc["model"] == "m"
     by_id = {s["id"]: s for s in doc["signals"]}
     assert set(by_id["gpu_headroom_high"]) == {"id", "title", "severity", "state", "value", "unit", "detail",
@@ -111,7 +114,7 @@ def test_api_doc_lists_every_key(served):
     doc = (ROOT / "docs" / "api.md").read_text()
     body = json.loads(get(served.base + "/api/v1/signals")[2])
     keys = (set(body) | set(body["signals"][0]) | set(body["advice"][0] if body["advice"] else {})
-            | set(body["server"]) | set(body["server"]["layout"]))
+            | set(body["server"]) | set(body["server"]["layout"]) | set(body["sources"][0]))
     for key in keys:
         assert f"`{key}`" in doc, key
 
@@ -227,3 +230,76 @@ def test_web_config_takes_htpasswd_hashes(tmp_path):
     web = tmp_path / "web.yaml"
     web.write_text(f"basic_auth_users:\n  a: '{hashed}'\n  b: '{hashed.replace('$2b$', '$2y$', 1)}'\n")
     assert set(load_web_config(str(web))["users"]) == {"a", "b"}
+
+
+# ---------------------------------------------------------------- the exporter's own log
+
+
+def _stop_and_read(s: Served) -> str:
+    s.proc.send_signal(signal.SIGTERM)
+    _, err = s.proc.communicate(timeout=15)
+    return err
+
+
+def test_a_refused_scrape_is_logged_served_and_timestamped_with_its_reason(tmp_path):
+    """SGLang's port refuses: one JSON log line says so with the reason, /api/v1/signals has the same reason
+    and /metrics the time the failure was last seen; a log file that is not there is named missing."""
+    refused = f"http://127.0.0.1:{free_port()}"      # nothing listens there
+    missing = str(tmp_path / "not-yet.log")
+    s = Served(["--log-file", missing, "--sglang-url", refused, "--scrape-interval", "0.2",
+                "--scrape-timeout", "0.1", "--log-format", "json"])
+    try:
+        wait_until(lambda: get(s.base + "/readyz")[0] == 200, timeout=20, what="serve to be ready")
+
+        def sources():
+            doc = json.loads(get(s.base + "/api/v1/signals")[2])
+            return {e["source"]: e for e in doc["sources"]}
+        by_name = wait_until(lambda: len(src := sources()) == 2 and src, timeout=20, what="both sources judged")
+        scrape = by_name["sglang_metrics"]
+        assert scrape["kind"] == "metrics" and scrape["up"] is False
+        assert scrape["reason"] == "refused: connection refused" == scrape["last_error"]
+        assert scrape["last_error_time"] is not None
+        assert by_name[missing]["reason"] == "missing: no such file" and by_name[missing]["kind"] == "log"
+        body = get(s.base + "/metrics")[2]
+        assert 'sglang_exporter_source_last_error_timestamp_seconds{source="sglang_metrics"}' in body
+    finally:
+        err = _stop_and_read(s) if s.proc.poll() is None else s.proc.communicate(timeout=10)[1]
+    records = [json.loads(line) for line in err.splitlines() if line.strip()]   # every line is one JSON object
+    down = [r for r in records if r.get("state") == "down"]
+    assert {(r["source"], r["reason"], r["level"]) for r in down} == {
+        ("sglang_metrics", "refused: connection refused", "warning"), (missing, "missing: no such file", "warning")}
+    assert len(down) == 2, down                      # one line per change, not one per failed scrape
+    line = next(r for r in down if r["source"] == "sglang_metrics")
+    assert line["message"] == f"SGLang's /metrics at {refused} is down: refused: connection refused"
+    assert line["logger"] == "exporter.source_health" and line["time"].endswith("Z")
+
+
+def test_a_source_coming_back_is_logged_once(tmp_path):
+    """Missing, then created: a down line, then an up line, each once; --log-level warning keeps the up line
+    (info) out."""
+    path = tmp_path / "late.log"
+    for level, want_up in (("info", True), ("warning", False)):
+        path.unlink(missing_ok=True)
+        s = Served(["--log-file", str(path), "--log-level", level])
+        try:
+            wait_until(lambda s=s: get(s.base + "/readyz")[0] == 200, timeout=20, what="serve to be ready")
+
+            def log_state(s=s):
+                doc = json.loads(get(s.base + "/api/v1/signals")[2])
+                return doc["sources"] and doc["sources"][0]["up"]
+            assert not log_state()
+            path.write_text(LOG)
+            wait_until(log_state, timeout=20, what="the log source to come up")
+        finally:
+            err = _stop_and_read(s)
+        ours = [line for line in err.splitlines() if "log source " in line]
+        assert sum(line.endswith(f"log source {path} is down: missing: no such file") for line in ours) == 1, err
+        assert sum(line.endswith(f"log source {path} is up") for line in ours) == (1 if want_up else 0), err
+        assert ("serving http://" in err) is want_up          # the start-up line is info too
+
+
+def test_bad_log_level_from_the_environment_exits_2(logfile):
+    proc = subprocess.run([sys.executable, "-m", "exporter", "serve", "--log-file", logfile], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "SGLANG_EXPORTER_LOG_LEVEL": "chatty"})
+    assert proc.returncode == 2 and "SGLANG_EXPORTER_LOG_LEVEL" in proc.stderr

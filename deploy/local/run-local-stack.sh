@@ -11,7 +11,8 @@
 #   SCENARIO=retraction_storm  PROFILE=offline
 #   SGLANG_URL=http://127.0.0.1:30000 LOG_FILE=/path/sglang.log   # a real SGLang: no simulator is started
 #   LOCAL_STACK_DIR=<dir>      # configs, data, logs, pids (default: a fresh temp dir, recorded for `stop`)
-#   EXPORTER="python3 -m exporter"   # how to run sglang-exporter (default: this checkout)
+#   EXPORTER="/path/to/python -m exporter"   # how to run sglang-exporter (default: this checkout, in the
+#                              # project's virtualenv, made by scripts/setup when missing; VENV_DIR as there)
 #   NO_GRAFANA=1               # do not start grafana-server even if installed
 set -euo pipefail
 
@@ -20,7 +21,6 @@ PROM_PORT="${PROM_PORT:-9090}"; AM_PORT="${AM_PORT:-9093}"; EXPORTER_PORT="${EXP
 SGLANG_PORT="${SGLANG_PORT:-30000}"; GRAFANA_PORT="${GRAFANA_PORT:-3000}"
 SCENARIO="${SCENARIO:-retraction_storm}"; PROFILE="${PROFILE:-offline}"
 POINTER="${TMPDIR:-/tmp}/sglang-exporter-local-stack.$(id -u)"
-read -r -a EXPORTER_CMD <<< "${EXPORTER:-python3 -m exporter}"
 
 find_bin() { for b in "$@"; do command -v "$b" 2>/dev/null && return 0; done; return 1; }
 
@@ -53,6 +53,18 @@ if [[ "${1:-start}" == "stop" ]]; then
   exit 0
 fi
 [[ "${1:-start}" == "start" ]] || { echo "usage: $0 [start|stop]" >&2; exit 2; }
+
+# the project's environment, not whatever python3 is first on PATH (it lacks prometheus_client & co.)
+if [[ -n "${EXPORTER:-}" ]]; then
+  read -r -a EXPORTER_CMD <<< "$EXPORTER"
+  PY="${PYTHON:-python3}"          # only for the standard-library helpers below
+else
+  "$REPO/scripts/setup"
+  venv="${VENV_DIR:-.venv}"
+  [[ "$venv" == /* ]] || venv="$REPO/$venv"
+  PY="$venv/bin/python"
+  EXPORTER_CMD=("$PY" -m exporter)
+fi
 
 PROMETHEUS="$(find_bin prometheus)" || { echo "prometheus not found: apt-get install prometheus" >&2; exit 1; }
 ALERTMANAGER="$(find_bin prometheus-alertmanager alertmanager)" || {
@@ -89,7 +101,7 @@ else
 fi
 
 # --- configs in $DIR
-python3 - "$REPO" "$DIR" "$PROM_PORT" "$AM_PORT" "$EXPORTER_PORT" "$SGLANG_URL" "$GRAFANA_PORT" <<'PY'
+"$PY" - "$REPO" "$DIR" "$PROM_PORT" "$AM_PORT" "$EXPORTER_PORT" "$SGLANG_URL" "$GRAFANA_PORT" <<'PY'
 import pathlib, sys, urllib.parse
 repo, d, prom, am, exp, sglang_url, graf = sys.argv[1:]
 repo, d = pathlib.Path(repo), pathlib.Path(d)
@@ -143,7 +155,7 @@ for _ in $(seq 300); do
   for f in "$DIR"/pids/*; do
     kill -0 "$(cat "$f")" 2>/dev/null || { echo "$(basename "$f") exited; its log:" >&2; tail -20 "$DIR/logs/$(basename "$f").log" >&2; exit 1; }
   done
-  if python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" \
+  if "$PY" -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" \
       "http://127.0.0.1:$PROM_PORT/-/ready" 2>/dev/null; then ready=1; break; fi
   sleep 0.1
 done

@@ -115,9 +115,14 @@ META_DIAGNOSIS = {
         "scrape configuration. While it is down, every SGLang health alert of this server is blind: watch "
         "SGLang's own `/metrics` (the `SGLangNative…` alerts) meanwhile."),
     "SGLangTargetDown": (
-        ['sglang_exporter_source_up{sel}', 'sglang_exporter_scrape_duration_seconds{sel_src}'],
-        "Is SGLang running and started with `--enable-metrics`? From the sidecar, `curl "
-        "http://127.0.0.1:30000/metrics` (the port is SGLang's `--port`). A process that crashed prints "
+        ['sglang_exporter_source_up{sel}', 'sglang_exporter_scrape_duration_seconds{sel_src}',
+         'time() - sglang_exporter_source_last_error_timestamp_seconds{sel_src}'],
+        "The sidecar says why: the `sglang_metrics` entry of `sources` in its `/api/v1/signals` (`reason`, "
+        "`last_error`, `last_error_time`) and its log line `SGLang's /metrics at <url> is down: <reason>` "
+        "(`kubectl -n <namespace> logs <pod> -c sglang-exporter`). `refused`/`unreachable`: SGLang is not "
+        "running or listens on another `--port`; `http 404`: started without `--enable-metrics`; `timeout`: "
+        "overloaded or hung; `protocol`/`not an exposition`: the URL points at something else. A process that "
+        "crashed prints "
         "`Scheduler hit an exception` or `Received sigquit from a child process` in its log.",
         "Restart or fix SGLang; if it runs but `/metrics` is off, add `--enable-metrics`. If the URL is "
         "wrong, fix the sidecar's `--sglang-url`."),

@@ -260,6 +260,7 @@ class Follower:
                 self._saved[t.path] = dict(e, draining=[])
                 return False
             cur = t.cur
+            assert cur is not None                       # _open returned True: the file is open
             fp = bytes.fromhex(e["fp"])
             if os.fstat(cur.fd).st_size >= e["offset"] and head_matches(cur.fd, fp):
                 cur.seek(e["offset"], e["lineno"], e["skip"])
@@ -409,6 +410,7 @@ class Follower:
                 and not head_matches(cur.fd, cur.fp)):
             self._truncated(t, out, now)                # copytruncate, > file, truncate -s, rewrite
         cur = t.cur
+        assert cur is not None                          # opened above, or kept open (truncation reuses it)
         cur.last_size = st.st_size
         cur.last_mtime = st.st_mtime_ns
         if not behind and st.st_size > cur.offset:
@@ -446,6 +448,7 @@ class Follower:
 
     def _retire(self, t: _Tail, out: list[Block], now: float) -> None:
         f, t.cur = t.cur, None
+        assert f is not None                            # only a path with an open file is retired
         f.since = now
         t.old.append(f)
         t.stats.up = False
@@ -453,6 +456,7 @@ class Follower:
 
     def _truncated(self, t: _Tail, out: list[Block], now: float) -> None:
         cur = t.cur
+        assert cur is not None                          # only an open file can shrink under us
         copy = find_copy(os.path.realpath(t.path), cur.fp, cur.offset)
         f = self._reopen_at(t, copy, {"offset": cur.offset, "lineno": 0, "skip": False}, cur.fp) if copy else None
         if f is not None:

@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from datetime import datetime, timezone
 from itertools import chain
+from typing import Any
 
 from exporter.catalog import DEFAULT_FIELD_RANGE, FIELD_RANGES
 from exporter.ingest.events import EMPTY_RANK, Event, as_event, compact_encoder
@@ -261,7 +262,7 @@ def _interval(m, fields: dict) -> str:
 # (tests/test_grammar_properties.py checks).
 
 
-def _below(high: int) -> str:
+def _below(high: float) -> str:
     """Regex of the digit strings of the integers 0 <= n < high, for high = d * 10**k (d in 1..9). A
     longer spelling with leading zeros is not matched: its line takes the generic path, which reads it alike."""
     text = str(high)
@@ -317,7 +318,11 @@ class _Shape:
         self.rk = 1 + has_frac  # index of its rank tags in its groups (0: "date time", 1: the fraction if any)
         self.first = 0          # number of its first group in the parser's line regex
         self.source = ""
-        self.event = self.values = self.value_exprs = self.fields_json = None
+        # filled by _compile_shape once the shape is complete: functions generated for it, and their source
+        self.event: Any = None
+        self.values: Any = None
+        self.value_exprs: Any = None
+        self.fields_json: Any = None
         self.limits: dict = {}  # group index -> (width, c): see _value_class
 
 
@@ -467,7 +472,7 @@ class _Layout:
         # line of this layout is in range when text[check_at] <= check_max (check_at -1: nothing to look at)
         # and check_more(text), when there is more than one such digit (hybrid pools, PD decode lines): the
         # first comparison inline in feed_items, as most lines have one (token usage), a call for the others.
-        starts = []
+        starts: list[tuple[int, str]] = []
         for k, (width, c) in shape.limits.items():
             whole = m.string[spans[k]].split(".", 1)[0]
             if len(whole) == width:
@@ -683,18 +688,19 @@ class Parser:
         self._pending: _Pending | None = None
         self._date_key, self._date_ts, self._date_iso = "", 0.0, ""   # last "date time" seen (one per second)
         self._row_time = ("", 0.0, "")   # the same, for feed_items' learned lines ("date time" with its space)
-        self._day, self._midnight = "", None    # _date_time's last date and its midnight (None: not a date)
+        self._day = ""                          # _date_time's last date and its midnight (None: not a date)
+        self._midnight: int | None = None
         self._rank_cache: dict[str, dict] = {"": EMPTY_RANK}
         self._day_offset = 0.0       # time-only prefixes (SGLang 0.3.0-0.3.3): add a day when the clock wraps
         self._last_tod = -1.0
         self._last_kv_oom_line = -10**9
         self.learning = True          # learn batch-line shapes (tests turn it off to compare both paths)
         self._shapes: list[_Shape] = []
-        self._by_marker: dict[int, _Shape] = {}
+        self._by_marker: dict[int | None, _Shape] = {}   # (get(None): a match without a group)
         self._line_re = _PREFIX
         self._prefix_at = 1          # group number of the generic prefix's first group in _line_re
-        self._layouts: dict[bytes, _Layout | _EventLayout] = {}   # skeleton -> its layout: see "Skeletons"
-        self._heads: dict[bytes, _EventLayout] = {}      # head skeleton -> a request-log layout
+        self._layouts: dict[bytes | None, _Layout | _EventLayout] = {}   # skeleton -> its layout: "Skeletons"
+        self._heads: dict[bytes | None, _EventLayout] = {}   # head skeleton -> a request-log layout
         self._tallies = {kind: _Tally(kind) for kind in ("http_access", "request_log")}
         self._fruitless = 0
         self._in_request = False     # the last record was a request log: bare lines after it are its text
@@ -703,7 +709,7 @@ class Parser:
         self.skipped: Counter = Counter()   # the lines counted as no_sglang_prefix, by what they look like
         self._prefixed = False       # a record behind a prefix seen: a message at a line's start is not a record
                                      # while a request's text runs on (see _anchored)
-        self._carried = None         # midnight of the last dated line: the day of a time-only one
+        self._carried: float | None = None   # midnight of the last dated line: the day of a time-only one
         self.untimed = 0             # records found by message without any time in their line
         self._known: list = []       # the prefix regexes of the layouts records were found behind, latest first
 
@@ -749,11 +755,12 @@ class Parser:
             return out
         layouts, heads, rank_cache = self._layouts, self._heads, self._rank_cache
         last_dt, last_ts, last_iso = self._row_time
-        last_shape = None
+        last_shape: Any = None
         lineno = first - 1
         for text in texts:
             lineno += 1
-            skeleton = layout = None
+            skeleton: bytes | None = None
+            layout: Any = None
             if text[:1] == "[":
                 if len(text) <= MAX_SKELETON_CHARS:
                     try:
@@ -874,6 +881,7 @@ class Parser:
             return
         a = self._prefix_at
         date, tod, frac, ranks = m.group(a, a + 1, a + 2, a + 3)
+        ts: float | None
         if date is not None:
             key = date + tod
             if key == self._date_key:
@@ -1391,9 +1399,13 @@ class _PrefixLayout:
     __slots__ = ("time", "date", "frac", "ranks", "level", "pid", "template", "_rank", "tags", "known")
 
     def __init__(self, prefix: str):
-        self.time = self.date = self.frac = self.level = self.pid = None
+        self.time: Any = None       # (start, end) of each part in the prefix, once found
+        self.date: Any = None
+        self.frac: Any = None
+        self.level: Any = None
+        self.pid: Any = None
         self.ranks: list = []
-        self._rank = None
+        self._rank: dict | None = None
         self.known = False
         # the rank tags as SGLang's own prefix prints them (" DP0 TP1"), when they come after the time and
         # SGLang prints each of them: a batch line of the layout is then read by a learned shape
@@ -1422,14 +1434,14 @@ class _PrefixLayout:
             else:
                 parts.append("<n>")
         parts.append(_PY_FILE.sub("<file>", prefix[last:]))
-        self.template = re.sub(r"<rank>( <rank>)+", "<rank>", "".join(parts))[:120]
+        self.template: str = re.sub(r"<rank>( <rank>)+", "<rank>", "".join(parts))[:120]
         if not self.ranks:
             self._rank = EMPTY_RANK
         if self.time is None or self.date is None:
             self.tags = None
 
     def ranks_text(self, text: str) -> str:
-        return "".join(f" {tag}{text[a:b]}" for tag, (a, b) in self.tags)
+        return "".join(f" {tag}{text[a:b]}" for tag, (a, b) in self.tags or ())
 
     def clock(self, text: str):
         d, f = self.date, self.frac
@@ -1622,7 +1634,7 @@ def _oom_fields(text: str, phase: str) -> dict:
         return {"phase": "decode", "source": "req_pool"}
     if "Not enough memory. Please try to increase" in text:
         return {"phase": "startup", "source": "startup"}
-    fields = {"phase": phase, "source": "cuda"}
+    fields: dict[str, str | int] = {"phase": phase, "source": "cuda"}
     m = _TRIED.search(text)
     if m:
         fields["requested_bytes"] = int(float(m.group(1)) * _UNIT_BYTES[m.group(2)])

@@ -154,7 +154,7 @@ def pump(src_fd: int, copy_fd: int | None, writer: RotatingWriter, chunk: int = 
             data = b""
         if not data:
             break
-        if copy_ok:
+        if copy_ok and copy_fd is not None:
             try:
                 view = memoryview(data)
                 while view:
@@ -185,7 +185,7 @@ def run_wrapped(cmd: list[str], writer: RotatingWriter, copy: bool = True, drain
     for name in FORWARDED:
         signal.signal(getattr(signal, name), lambda signum, _frame: child.send_signal(signum))
     threads = [threading.Thread(target=pump, args=(p.fileno(), fd if copy else None, writer), daemon=True)
-               for p, fd in ((child.stdout, 1), (child.stderr, 2))]
+               for p, fd in ((child.stdout, 1), (child.stderr, 2)) if p is not None]   # (both are pipes)
     for t in threads:
         t.start()
     while True:

@@ -49,7 +49,7 @@ def _check_entry(e: Any, where: str) -> None:
         # bool is an int in Python: a flag where a number belongs is damage too
         if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
             raise PositionsError(f"{where}: \"{key}\" must be {typ.__name__}, not {type(v).__name__}")
-        if typ is int and not 0 <= v < 1 << 64:
+        if typ is int and isinstance(v, int) and not 0 <= v < 1 << 64:
             raise PositionsError(f"{where}: \"{key}\" = {v} is out of range")
     unknown = set(e) - set(_FIELDS) - {"draining"}
     if unknown:

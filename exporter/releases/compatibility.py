@@ -70,9 +70,11 @@ def render() -> str:
     data_fields = set().union(*fields.values())
     data_fams = set().union(*families.values())
     renamed = {r.old: r.new for r in rel.renames()}
-    read_fields = sorted(read["log_fields"] & data_fields, key=lambda k: (versions.index(rel.first_release(k)), k))
+    # (every name here is in some release's data: first_release never says None)
+    read_fields = sorted(read["log_fields"] & data_fields,
+                         key=lambda k: (versions.index(rel.first_release(k) or ""), k))
     read_fams = sorted((f for f in read["metric_families"] if f in data_fams),
-                       key=lambda k: (versions.index(rel.first_release(k)), k))
+                       key=lambda k: (versions.index(rel.first_release(k) or ""), k))
     unread_fields = sorted(data_fields - read["log_fields"])
     unread_fams = len(data_fams - read["metric_families"])
 

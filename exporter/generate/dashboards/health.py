@@ -99,6 +99,14 @@ def _log_panels(limits: Limits) -> list[Panel]:
               targets=[Target(f"min by ({PER_SERVER}, source) ({exported(f'{NS}_source_up')})",
                               "{{instance}} {{source}}")],
               mappings=[(0, "down", "red"), (1, "up", "green")], steps=[(None, "green")]),
+        Panel("Since a source last failed", "timeseries", "s", min=0,
+              shows="Per source, how long ago the sidecar last saw it failing (a failed scrape; a log file "
+                    "missing, unreadable or stale); no line for a source that never failed.",
+              good="no line, or a line that keeps growing: the last problem is long past.",
+              bad="near 0: the source fails now; /api/v1/signals (sources) and the sidecar's log give the reason.",
+              targets=[Target(f"time() - max by ({PER_SERVER}, source) "
+                              f"({exported(f'{NS}_source_last_error_timestamp_seconds')})",
+                              "{{instance}} {{source}}")]),
         Panel("Log rotations, truncations and cut lines", "timeseries", "short", min=0,
               shows="Log rotations followed, truncations detected and over-long lines cut, per rate interval; "
                     "stale (1) while a rotated-away file is still written to.",
