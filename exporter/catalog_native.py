@@ -235,8 +235,8 @@ def family_span(short: str) -> tuple[str, str | None] | None:
         return None
     key = releases.version_key
     first = min((f for f, _ in spans), key=key)
-    lasts = [last for _, last in spans]
-    return first, None if None in lasts else max(lasts, key=key)
+    lasts = [last for _, last in spans if last is not None]
+    return first, None if len(lasts) < len(spans) else max(lasts, key=key)
 
 
 def _span_text(short: str) -> str:

@@ -200,7 +200,8 @@ class _Problems:
     """Mistakes found in one file, kept with their line so they are reported in file order."""
 
     def __init__(self, path: str, lines: dict[tuple, int]):
-        self.path, self.lines, self.found = path, lines, []
+        self.path, self.lines = path, lines
+        self.found: list[str] = []
 
     def where(self, *keys) -> str:
         line = self.lines.get(tuple(str(k) for k in keys))

@@ -47,6 +47,7 @@ from exporter.generate.settings import RuleSettings
 
 def signal_test(settings: RuleSettings, a: Alert) -> dict:
     step = interval(settings)
+    assert a.signal is not None, a.name
     s = catalog.SIGNALS_BY_ID[a.signal]
     f = parse_duration(a.for_)
     start_steps = 5
@@ -243,7 +244,7 @@ def recording_tests_exporter(settings: RuleSettings) -> dict:
         ]
     ns = NAMESPACE
     oom_window = 3600.0
-    exp = {
+    exp: dict[str, list | None] = {
         f"namespace:{M_RETR[:-6]}:rate{w}": [({"namespace": ns}, ra + rb), ({"namespace": "other"}, rc)],
         f"namespace_pod:{M_RETR[:-6]}:rate{w}": [({"namespace": ns, "pod": POD_A}, ra),
                                                   ({"namespace": ns, "pod": POD_B}, rb),

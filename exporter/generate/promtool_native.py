@@ -25,6 +25,7 @@ def native_tests(settings: RuleSettings, a: Alert) -> list[dict]:
     f = parse_duration(a.for_)
     iv = fmt_duration(step)
     sel, tl = settings.sglang_selector, settings.sglang_test_labels
+    assert a.signal is not None, a.name       # every native alert judges one signal
     base = {"model_name": "m", "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"}
     pod_a, pod_b, pod_c = ({**target_labels(settings, x, 30000, sel, tl), **base} for x in (POD_A, POD_B, POD_C))
     keep = set(settings.join_labels) | set(settings.native_keep_labels)
@@ -33,6 +34,7 @@ def native_tests(settings: RuleSettings, a: Alert) -> list[dict]:
         return {k: v for k, v in lab.items() if k in keep}
 
     t = settings.thresholds_in_force(a.signal)
+    assert t is not None, a.signal           # rendered only for the signals in force
     if a.name == "SGLangNativeQueueAboveRange":
         thr = t["max_queue"]
         steps = int(f / step) + 5

@@ -106,6 +106,12 @@ E2E, = native_metric_names("e2e")
 LATENCY_HISTOGRAMS = (TTFT, ITL, E2E)
 
 
+def summary_of(signal_id: str) -> str:
+    alert = catalog.SIGNALS_BY_ID[signal_id].alert
+    assert alert is not None, signal_id
+    return alert.summary
+
+
 def _signal_alert(s, expr: str, settings: RuleSettings) -> Alert:
     labels = {"signal": s.id}
     if s.family:    # a critical of the family silences the family's warnings on the same instance
@@ -181,6 +187,7 @@ def native_alerts(settings: RuleSettings) -> list[Alert]:
 
     def add(name, sid, expr, summary, description):
         s = catalog.SIGNALS_BY_ID[sid]
+        assert s.alert is not None, sid
         labels = {"signal": sid}
         if s.family:
             labels["family"] = s.family
@@ -219,7 +226,7 @@ def native_alerts(settings: RuleSettings) -> list[Alert]:
             f"sum by ({group}) (\n  # TP/PP ranks of one DP group retract the same requests: count each group once\n"
             f"  max by ({group}, dp_rank) (rate({RETRACTED}{sel(sglang)}[{w}]))\n)"
             f" * 60 {op} {num(t['per_minute'])}\n",
-            catalog.SIGNALS_BY_ID[sid].alert.summary,
+            summary_of(sid),
             "{{ $labels.instance }}: {{ $value | printf \"%.1f\" }} requests retracted per minute over " + w +
             ". Advice: increase --schedule-conservativeness (e.g. 1.3)" +
             (", lower --max-running-requests, check --mem-fraction-static." if sid == "retraction_storm"

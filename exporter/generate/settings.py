@@ -19,7 +19,9 @@ class RuleSettings:
 
     def thresholds(self, signal_id: str) -> dict:
         """The catalog defaults under the `signals:` overrides, whatever the profile (test values)."""
-        return thresholds(signal_id, None, {signal_id: self._overrides(signal_id)})
+        found = thresholds(signal_id, None, {signal_id: self._overrides(signal_id)})
+        assert found is not None, signal_id      # without a profile a signal is off only by `enabled: false`
+        return found
 
     def thresholds_in_force(self, signal_id: str) -> dict | None:
         """Thresholds the native rules compare (None: the signal is off in `alerts.profile`)."""

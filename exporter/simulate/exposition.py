@@ -142,12 +142,12 @@ def family_for(value: str, fmt: str):
 def families(fmt: str, state: ServerState, scheduler_labels, tokenizer_labels: dict, pid: int = 4242) -> list:
     """Every family of the simulated /metrics. `scheduler_labels(dp_rank)` gives a rank's label set; ranks
     before 0.4.10 carried none, so older formats expose DP rank 0 only."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
     newest = fmt == "0.5.23"
     ranks = list(enumerate(state.ranks))
     if fmt not in ("0.5.8", "0.5.23"):
         ranks = ranks[:1]
-    out = []
+    out: list[Metric] = []
 
     def emitted(value: str):
         if value in NEWER_ONLY and not newest:
@@ -176,10 +176,11 @@ def families(fmt: str, state: ServerState, scheduler_labels, tokenizer_labels: d
             if "cache_source" in " ".join(fam_def.labels):    # 0.5.9+: cached tokens by where they were found
                 lab["cache_source"] = "device"
             # total_retracted_reqs (0.4.9-0.5.2) counted since start-up in a gauge
-            kind = CounterMetricFamily if fam_def.type == "counter" else GaugeMetricFamily
-            fam = kind(name, doc, labels=list(lab))
-            fam.add_metric(list(lab.values()), float(round(getattr(state, attr))))
-            out.append(fam)
+            kind: type[CounterMetricFamily] | type[GaugeMetricFamily] = (
+                CounterMetricFamily if fam_def.type == "counter" else GaugeMetricFamily)
+            count_family = kind(name, doc, labels=list(lab))
+            count_family.add_metric(list(lab.values()), float(round(getattr(state, attr))))
+            out.append(count_family)
     for value, attr in HISTOGRAMS.items():
         found = emitted(value)
         if found is not None:
