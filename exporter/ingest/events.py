@@ -66,7 +66,7 @@ class Event:
         return out
 
 
-# A Row is a line that a parser's learned layout read (grammar.py, "Learned shapes", "Skeletons", _EventLayout),
+# A Row is a line that a parser's learned layout read (grammar/shapes.py, grammar/layouts.py),
 # before anyone asked for its Event: the tuple (layout, text, ts, time, rank, line), `text` being the line.
 # `Parser.feed_items` returns them among Events; `as_event` turns one into the Event the line stands for,
 # `layout.kind` is that Event's kind and `layout.fields_json(text)` its fields as JSON. Most rows are batch
