@@ -103,7 +103,9 @@ class AnchoredRecords:
             level, pid = layout.level_pid(text)
             if level is not None or pid is not None:
                 ev.prefix = {"level": level, "pid": pid}
-            self.layouts[layout.template] += 1
+            self._layout_counts[layout.template] += 1
+            if start and (kind == "http_access" or kind == "request_log"):
+                self._found = (lineno, layout, start, None, None)
             if kind in _MULTILINE:
                 self._pending = _Pending(ev)
                 if kind == "oom":
@@ -140,7 +142,8 @@ class AnchoredRecords:
         level, pid = layout.level_pid(text)
         if level is not None or pid is not None:
             ev.prefix = {"level": level, "pid": pid}
-        self.layouts[layout.template] += 1
+        self._layout_counts[layout.template] += 1
+        self._found = (lineno, layout, len(text) - len(msg), shape, m)
         return True
 
     def _know(self, layout, text: str, end: int) -> None:

@@ -36,9 +36,11 @@ class _Layout:
     __slots__ = ("shape", "kind", "source", "groups", "dt", "frac", "rank", "spans", "values", "check_at",
                  "check_max", "check_more")
     batch = True                # its rows are batch lines (the engine reads their numbers)
+    prefix_json = None          # a custom prefix's level and pid as JSON (CustomLayout), None: none printed
 
-    def __init__(self, shape: _Shape, m):
-        self.spans = spans = [slice(*m.span(k)) for k in range(shape.first, shape.first + shape.ngroups)]
+    def __init__(self, shape: _Shape, spans: list, text: str):
+        """`spans`: the offsets of the shape's groups in `text`, a line of the skeleton (see layout_of_match)."""
+        self.spans = spans
         self.shape, self.kind, self.source = shape, shape.kind, shape.source
         self.groups = operator.itemgetter(*spans)
         self.dt, self.frac, self.rank = spans[0], spans[1] if shape.has_frac else None, spans[shape.rk]
@@ -50,7 +52,7 @@ class _Layout:
         # first comparison inline in feed_items, as most lines have one (token usage), a call for the others.
         starts = []
         for k, (width, c) in shape.limits.items():
-            whole = m.string[spans[k]].split(".", 1)[0]
+            whole = text[spans[k]].split(".", 1)[0]
             if len(whole) == width:
                 starts.append((spans[k].start, c))
         self.check_at, self.check_max = starts[0] if starts else (-1, "")
@@ -66,6 +68,11 @@ class _Layout:
 
     def fields_json(self, text: str) -> str:
         return self.shape.fields_json(self.groups(text))
+
+
+def layout_of_match(shape: _Shape, m) -> _Layout:
+    """The layout of the line a shape's part of the parser's line regex matched (`m`)."""
+    return _Layout(shape, [slice(*m.span(k)) for k in range(shape.first, shape.first + shape.ngroups)], m.string)
 
 
 _GROUP_REF = re.compile(r"g\[([0-9]+)\]")
@@ -114,11 +121,11 @@ def _layout_check(starts: tuple):
 
 class _Tally:
     """What a learned shape is to the parser's counts, for the lines of the _EventLayouts of one kind."""
-    __slots__ = ("kind", "count")
+    __slots__ = ("kind", "count", "template")
     batch = False
 
-    def __init__(self, kind: str):
-        self.kind, self.count = kind, 0
+    def __init__(self, kind: str, template: str | None = None):
+        self.kind, self.count, self.template = kind, 0, template
 
 
 _FIELDS_JSON = compact_encoder()    # JsonLines' own encoding, so a row's JSON is its Event's
@@ -141,14 +148,15 @@ class _EventLayout:
     __slots__ = ("shape", "kind", "source", "dt", "frac", "rank", "msg", "phase", "groups")
     batch = False
     check_at = -1               # (as _Layout's: nothing to look at)
+    prefix_json = None
 
-    def __init__(self, tally: _Tally, source: str, m, a: int, access=None):
+    def __init__(self, tally: _Tally, source: str, text: str, dt: slice, frac: slice | None, rank: slice, msg: int,
+                 access=None):
+        """`dt`, `frac`, `rank`: where "date time", the fraction of a second and the rank tags are in `text`,
+        `msg` where its message starts, `access`: the access line's _ACCESS match (None: a request log)."""
         self.shape, self.kind, self.source = tally, tally.kind, source
-        self.dt = slice(m.start(a), m.end(a + 1))       # "date time", as a batch layout's first group
-        self.frac = slice(*m.span(a + 2)) if m.group(a + 2) is not None else None
-        self.rank = slice(*m.span(a + 3))
-        self.msg = m.end()
-        self.phase = request_phase(m.string[self.msg:self.msg + 16]) if access is None else None
+        self.dt, self.frac, self.rank, self.msg = dt, frac, rank, msg
+        self.phase = request_phase(text[msg:msg + 16]) if access is None else None
         self.groups = None if access is None else operator.itemgetter(*(slice(*access.span(k)) for k in range(1, 5)))
 
     def fields(self, text: str) -> dict:
@@ -164,9 +172,72 @@ class _EventLayout:
         return _FIELDS_JSON(self.fields(text))
 
 
-def _head_key(text: str) -> bytes | None:
+def _head_key(text: str, chars: int = HEAD_CHARS) -> bytes | None:
     try:
-        return text[:HEAD_CHARS].encode().translate(_SKELETON)
+        return text[:chars].encode().translate(_SKELETON)
     except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no key
         return None
 
+
+
+# Custom prefixes (docs/log-events.md, "Custom log formats"). A record behind a prefix of another logging set-up is
+# found by its message (anchored.py): a prefix layout per prefix skeleton, and a batch line read by a learned
+# shape as SGLang's own prefix would print it. Once the generic path read such a line, its layout reads the next
+# lines of its skeleton as rows, as for SGLang's own prefix: the shape's message groups at their offsets in the
+# line, the time and rank tags where the prefix layout found them. Exact for the same reason: every decision the
+# generic path makes about the line (prefix parts, anchors, quotes, request-log markers, the shape's regex)
+# treats every digit alike, the shape's ranges excepted (check_at). Only prefixes whose date and time stand
+# together and whose rank tags are SGLang's, in one run ("DP0 TP1", read as SGLang's own rank tags); the
+# level and pid, when printed, go on the Event (`prefix`), as the generic path puts them.
+
+
+def custom_spans(prefix) -> tuple[slice, slice | None, slice] | None:
+    """Where "date time", the fraction (at most 6 digits, as the generic path reads it) and the rank tags are
+    in a line of prefix layout `prefix` (prefixes._PrefixLayout), or None when they cannot be read as slices."""
+    if prefix.tags is None or prefix.date is None or prefix.time[0] != prefix.date[1] + 1:
+        return None
+    dt = slice(prefix.date[0], prefix.time[1])
+    frac = slice(prefix.frac[0], min(prefix.frac[1], prefix.frac[0] + 6)) if prefix.frac else None
+    if not prefix.tags:
+        return dt, frac, slice(0, 0)
+    first_tag, (start, _) = prefix.tags[0]
+    return dt, frac, slice(start - len(first_tag), prefix.tags[-1][1][1])
+
+
+def _prefix_of(level: slice | None, pid: slice | None, text: str) -> dict:
+    return {"level": text[level] if level else None, "pid": int(text[pid]) if pid else None}
+
+
+class CustomLayout(_Layout):
+    """A learned shape's layout behind a custom prefix that prints a level or a pid: its Event carries them."""
+    __slots__ = ("level", "pid")
+
+    def __init__(self, shape: _Shape, spans: list, text: str, level: slice | None, pid: slice | None):
+        super().__init__(shape, spans, text)
+        self.level, self.pid = level, pid
+
+    def event(self, text: str, ts, iso, rank, line) -> Event:
+        ev = self.shape.event(self.groups(text), ts, iso, rank, line)
+        ev.prefix = _prefix_of(self.level, self.pid, text)
+        return ev
+
+    def prefix_json(self, text: str) -> str:
+        return _FIELDS_JSON(_prefix_of(self.level, self.pid, text))
+
+
+class CustomEventLayout(_EventLayout):
+    """An access or request-log line's layout behind a custom prefix that prints a level or a pid."""
+    __slots__ = ("level", "pid")
+
+    def __init__(self, tally: _Tally, source: str, text: str, dt, frac, rank, msg: int, access,
+                 level: slice | None, pid: slice | None):
+        super().__init__(tally, source, text, dt, frac, rank, msg, access)
+        self.level, self.pid = level, pid
+
+    def event(self, text: str, ts, iso, rank, line) -> Event:
+        ev = Event(self.kind, self.fields(text), iso, ts, rank, self.source, line)
+        ev.prefix = _prefix_of(self.level, self.pid, text)
+        return ev
+
+    def prefix_json(self, text: str) -> str:
+        return _FIELDS_JSON(_prefix_of(self.level, self.pid, text))

@@ -6,6 +6,7 @@ import calendar
 import re
 from collections import Counter
 from datetime import datetime, timezone
+from itertools import chain
 
 from exporter.ingest.events import EMPTY_RANK, Event, as_event
 from exporter.ingest.grammar.anchored import AnchoredRecords
@@ -68,7 +69,10 @@ class Parser(BlockPath, AnchoredRecords):
         self._fruitless = 0
         self._in_request = False     # the last record was a request log: bare lines after it are its text
         self._prefixes: dict[bytes, _PrefixLayout] = {}   # prefix skeleton -> its layout (message-anchored)
-        self.layouts: Counter = Counter()   # records read behind each prefix layout found by message (template)
+        self._layout_counts: Counter = Counter()   # records read behind each prefix layout found by message
+        self._customs: dict[tuple, _Shape | _Tally] = {}  # counters of the rows of custom layouts (block.py)
+        self._head_lens: list[int] = []  # head lengths of request-log layouts behind custom prefixes
+        self._found = None           # the last record found behind a custom prefix (anchored.py, block.py)
         self.skipped: Counter = Counter()   # the lines counted as no_sglang_prefix, by what they look like
         self._prefixed = False       # a record behind a prefix seen: a message at a line's start is not a record
                                      # while a request's text runs on (see _anchored)
@@ -80,7 +84,8 @@ class Parser(BlockPath, AnchoredRecords):
     @property
     def recognised(self) -> int:
         """Records turned into Events so far."""
-        return self._recognised + sum(s.count for s in self._shapes) + sum(t.count for t in self._tallies.values())
+        return self._recognised + sum(s.count for s in self._shapes) + sum(
+            t.count for t in chain(self._tallies.values(), self._customs.values()))
 
     @property
     def kinds(self) -> Counter:
@@ -88,9 +93,18 @@ class Parser(BlockPath, AnchoredRecords):
         out = Counter(self._kinds)
         for s in self._shapes:
             out[s.kind] += s.count
-        for t in self._tallies.values():
+        for t in chain(self._tallies.values(), self._customs.values()):
             if t.count:
                 out[t.kind] += t.count
+        return out
+
+    @property
+    def layouts(self) -> Counter:
+        """Records read behind each prefix layout found by message, by its template (prefixes.py)."""
+        out = Counter(self._layout_counts)
+        for c in self._customs.values():
+            if c.count:
+                out[c.template] += c.count
         return out
 
     def feed(self, text: str, lineno: int = 0, container_time: str | None = None) -> list[Event]:

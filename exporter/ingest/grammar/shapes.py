@@ -66,7 +66,7 @@ class _Shape:
     the tuple of its groups, wherever the shape sits in the parser's line regex."""
     __slots__ = ("key", "kind", "regex", "convs", "ngroups", "sep", "has_iter", "trailing", "has_graph",
                  "has_frac", "family", "count", "rk", "first", "source", "event", "values", "value_exprs",
-                 "fields_json", "limits")
+                 "fields_json", "limits", "template")
 
     def __init__(self, key, kind, regex, convs, ngroups, sep, has_iter, trailing, has_graph, has_frac):
         self.key, self.kind, self.regex, self.convs, self.ngroups = key, kind, regex, convs, ngroups
@@ -79,6 +79,7 @@ class _Shape:
         self.source = ""
         self.event = self.values = self.value_exprs = self.fields_json = None
         self.limits: dict = {}  # group index -> (width, c): see _value_class
+        self.template = None    # a copy counting the rows behind a custom prefix: that prefix layout's template
 
 
 def _prefix_regex(frac: str | None, ranks: str, space: bool) -> str:
