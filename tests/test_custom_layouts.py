@@ -3,7 +3,7 @@ sits in the line, and time, rank, level and pid come from whatever prefix stands
 every layout (tests/fixtures/layouts/, each says where its layout comes from), the property that any known
 message behind any printable prefix is read alike, and that the same messages inside request text never are.
 
-Regenerate the goldens after a deliberate change: `python tests/test_custom_layouts.py`."""
+Regenerate the goldens after a deliberate change: `scripts/refresh-parser-fixtures` (from fixture_files())."""
 from __future__ import annotations
 
 import json
@@ -25,6 +25,12 @@ FIXTURES = sorted(LAYOUTS.glob("*.log"))
 
 def _events(path: Path, stats: SourceParser | None = None) -> list[dict]:
     return [e.to_json() | {"source": path.name} for e in iter_file_events(str(path), stats=stats)]
+
+
+def fixture_files() -> dict[Path, str]:
+    """Each layout fixture's golden events, as the parser reads them now (scripts/refresh-parser-fixtures): review
+    the diff after a deliberate change."""
+    return {path.with_suffix(".expected.json"): json.dumps(_events(path), indent=1) + "\n" for path in FIXTURES}
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
@@ -262,8 +268,3 @@ def test_messages_inside_request_text_behind_a_learned_custom_layout_are_never_e
     kinds = [item[0].kind if item.__class__ is tuple else item.kind for item in items]
     assert kinds == ["decode_batch", "http_access", "request_log", "request_log"] * 8
 
-
-if __name__ == "__main__":
-    for path in FIXTURES:
-        path.with_suffix(".expected.json").write_text(json.dumps(_events(path), indent=1) + "\n")
-        print(f"wrote {path.with_suffix('.expected.json')}")
