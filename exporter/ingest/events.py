@@ -122,9 +122,11 @@ class JsonLines:
         if time != self._time:
             self._time, self._time_json = time, self.encode(time)
         prefix = shape.prefix_json      # a custom prefix's level and pid (grammar/layouts.py, "Custom prefixes")
+        if prefix is None:
+            return (f'{{"source":{src},"line":{line},"kind":"{shape.kind}","time":{self._time_json},'
+                    f'"rank":{cached[1]},"fields":{shape.fields_json(text)}}}')
         return (f'{{"source":{src},"line":{line},"kind":"{shape.kind}","time":{self._time_json},'
-                f'"rank":{cached[1]},"fields":{shape.fields_json(text)}'
-                + ("}" if prefix is None else f',"prefix":{prefix(text)}}}'))
+                f'"rank":{cached[1]},"fields":{shape.fields_json(text)},"prefix":{prefix(text)}}}')
 
 
 def compact_encoder():

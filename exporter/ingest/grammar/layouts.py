@@ -23,7 +23,7 @@ HEAD_CHARS = 64             # a request-log line is known by the skeleton of its
 
 
 class _Layout:
-    """A learned shape at the offsets of one skeleton (that of the line `m` matched): the `shape` of the
+    """A learned shape at the offsets of one skeleton (that of the line `text`): the `shape` of the
     rows of its lines (events.py), which keep their text. The parser slices out only the time and rank
     tags; the other groups are sliced out when someone asks for the numbers, the Event or its JSON.
 
