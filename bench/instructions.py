@@ -2,6 +2,7 @@
 """Instructions per log line of the exporter's bulk readers, counted by valgrind (callgrind).
 
     python bench/instructions.py [--lines 30000] [--seed 1] [--root DIR] [--layout sglang|custom]
+                                 [--readers parser,analyze]
 
 Wall-clock figures on a shared VM move by 20-50 % from run to run; instruction counts do not (the same input
 gives the same count to a few parts in a thousand), so this is the figure to compare two commits with
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lines", type=int, default=30000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--root", default=str(HERE.parent), help="the checkout to measure (default: this one)")
+    ap.add_argument("--readers", default="",
+                    help="only the readers whose names hold one of these words (comma-separated)")
     ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang",
                     help="custom: the generated log behind a custom logging config's prefix (genlog.py --layout)")
     a = ap.parse_args(argv)
@@ -71,7 +74,10 @@ def main(argv=None) -> int:
         print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}")
         print("| reader | instructions per line |")
         print("|---|---|")
+        wanted = [w for w in a.readers.split(",") if w]
         for name, code in READERS.items():
+            if wanted and not any(w in name for w in wanted):
+                continue
             per_line = (instructions(a.root, code, big, tmp) - instructions(a.root, code, small, tmp)) / (
                 a.lines - SMALL)
             print(f"| {name} | {per_line:,.0f} |", flush=True)
