@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import re
+from typing import Any
 
 from exporter.ingest.events import Event, compact_encoder
 from exporter.ingest.grammar.patterns import _rid, request_phase
@@ -36,7 +37,7 @@ class _Layout:
     __slots__ = ("shape", "kind", "source", "groups", "dt", "frac", "rank", "spans", "values", "check_at",
                  "check_max", "check_more")
     batch = True                # its rows are batch lines (the engine reads their numbers)
-    prefix_json = None          # a custom prefix's level and pid as JSON (CustomLayout), None: none printed
+    prefix_json: Any = None     # a custom prefix's level and pid as JSON (CustomLayout), None: none printed
 
     def __init__(self, shape: _Shape, spans: list, text: str):
         """`spans`: the offsets of the shape's groups in `text`, a line of the skeleton (see layout_of_match)."""
@@ -55,7 +56,8 @@ class _Layout:
             whole = text[spans[k]].split(".", 1)[0]
             if len(whole) == width:
                 starts.append((spans[k].start, c))
-        self.check_at, self.check_max = starts[0] if starts else (-1, "")
+        self.check_at: int = starts[0][0] if starts else -1
+        self.check_max: str = starts[0][1] if starts else ""
         self.check_more = _layout_check(tuple(starts[1:])) if len(starts) > 1 else None
 
     def _first_values(self, text: str) -> tuple:
@@ -148,7 +150,9 @@ class _EventLayout:
     __slots__ = ("shape", "kind", "source", "dt", "frac", "rank", "msg", "phase", "groups")
     batch = False
     check_at = -1               # (as _Layout's: nothing to look at)
-    prefix_json = None
+    check_max = ""
+    check_more = None
+    prefix_json: Any = None
 
     def __init__(self, tally: _Tally, source: str, text: str, dt: slice, frac: slice | None, rank: slice, msg: int,
                  access=None):

@@ -6,14 +6,17 @@ import re
 from exporter.ingest.events import EMPTY_RANK, Event
 from exporter.ingest.grammar.patterns import (
     _ACCESS,
+    _AVAIL_TOKENS,
     _CUDA_OOM,
     _ELAPSED,
     _EXC_LINE,
     _EXCEPTION,
+    _FRAME,
     _GB_VALUE,
     _RETRACT_KEYS,
     _SUBPROC,
     _TRIED,
+    _TRY_ALLOC,
     _UNIT_BYTES,
     _WATCHDOG,
     GIB,
@@ -244,7 +247,7 @@ def _oom_fields(text: str, phase: str) -> dict:
         return {"phase": "decode", "source": "req_pool"}
     if "Not enough memory. Please try to increase" in text:
         return {"phase": "startup", "source": "startup"}
-    fields = {"phase": phase, "source": "cuda"}
+    fields: dict = {"phase": phase, "source": "cuda"}
     m = _TRIED.search(text)
     if m:
         fields["requested_bytes"] = int(float(m.group(1)) * _UNIT_BYTES[m.group(2)])
@@ -263,3 +266,32 @@ class _Pending:
         self.oom_text = ""
         self.last = ""
         self.exc = ""        # the last line that starts an exception ("RuntimeError: ..."): the cause
+
+
+def continue_record(p: _Pending, text: str, lineno: int) -> None:
+    """A continuation line of a pending multi-line record: the OOM's numbers, a frame's function, the cause."""
+    ev = p.event
+    stripped = text.strip()
+    if not stripped:
+        return
+    if ev.kind == "oom":
+        m = _TRY_ALLOC.search(text)
+        if m:
+            ev.fields["requested_tokens"] = int(m.group(1))
+        m = _AVAIL_TOKENS.search(text)
+        if m:
+            ev.fields["available_tokens"] = int(m.group(1))
+        return
+    f = _FRAME.match(text)
+    if f:
+        p.funcs.append(f.group(1))
+        if len(p.funcs) > 64:
+            del p.funcs[:32]
+        return
+    if not p.oom_line and _oom_in(text):
+        # raised RuntimeErrors surface only inside the traceback, never as their own log record
+        p.oom_line, p.oom_text = lineno, stripped
+    if not stripped.startswith(("^", "~")):
+        p.last = stripped
+        if _EXC_LINE.match(stripped):
+            p.exc = stripped

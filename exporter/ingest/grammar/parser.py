@@ -9,29 +9,24 @@ from datetime import datetime, timezone
 from itertools import chain
 
 from exporter.ingest.events import EMPTY_RANK, Event, as_event
-from exporter.ingest.grammar.anchored import AnchoredRecords
-from exporter.ingest.grammar.block import BlockPath
+from exporter.ingest.grammar import anchored, block
 from exporter.ingest.grammar.layouts import _EventLayout, _Layout, _Tally
 from exporter.ingest.grammar.messages import (
     _MALFORMED,
     _foreign,
     _oom_fields,
-    _oom_in,
     _Pending,
     _phase_from_frames,
+    continue_record,
     message,
 )
 from exporter.ingest.grammar.patterns import (
-    _AVAIL_TOKENS,
     _BATCH_HEAD,
     _CUDA_OOM,
-    _EXC_LINE,
-    _FRAME,
     _MAX_RECORD_LINES,
     _MULTILINE,
     _PREFIX,
     _RANK_TAG,
-    _TRY_ALLOC,
     _unquoted,
     _wrapping,
     request_marked,
@@ -41,7 +36,7 @@ from exporter.ingest.grammar.shapes import MAX_FRUITLESS_LEARNING, MAX_SHAPES, _
 from exporter.ingest.grammar.values import _container_ts, fields_in_range, parse_batch_body
 
 
-class Parser(BlockPath, AnchoredRecords):
+class Parser:
     """Parses one source's records. Not thread-safe; one instance per followed file."""
 
     def __init__(self, source: str = ""):
@@ -53,18 +48,19 @@ class Parser(BlockPath, AnchoredRecords):
         self._pending: _Pending | None = None
         self._date_key, self._date_ts, self._date_iso = "", 0.0, ""   # last "date time" seen (one per second)
         self._row_time = ("", 0.0, "")   # the same, for feed_items' learned lines ("date time" with its space)
-        self._day, self._midnight = "", None    # _date_time's last date and its midnight (None: not a date)
+        self._day = ""                          # _date_time's last date and its midnight (None: not a date)
+        self._midnight: int | None = None
         self._rank_cache: dict[str, dict] = {"": EMPTY_RANK}
         self._day_offset = 0.0       # time-only prefixes (SGLang 0.3.0-0.3.3): add a day when the clock wraps
         self._last_tod = -1.0
         self._last_kv_oom_line = -10**9
         self.learning = True          # learn batch-line shapes (tests turn it off to compare both paths)
         self._shapes: list[_Shape] = []
-        self._by_marker: dict[int, _Shape] = {}
+        self._by_marker: dict[int | None, _Shape] = {}   # (get(None): no group)
         self._line_re = _PREFIX
         self._prefix_at = 1          # group number of the generic prefix's first group in _line_re
-        self._layouts: dict[bytes, _Layout | _EventLayout] = {}   # skeleton -> its layout: see "Skeletons"
-        self._heads: dict[bytes, _EventLayout] = {}      # head skeleton -> a request-log layout
+        self._layouts: dict[bytes | None, _Layout | _EventLayout] = {}   # skeleton -> its layout: "Skeletons"
+        self._heads: dict[bytes | None, _EventLayout] = {}   # head skeleton -> a request-log layout
         self._tallies = {kind: _Tally(kind) for kind in ("http_access", "request_log")}
         self._fruitless = 0
         self._in_request = False     # the last record was a request log: bare lines after it are its text
@@ -72,11 +68,11 @@ class Parser(BlockPath, AnchoredRecords):
         self._layout_counts: Counter = Counter()   # records read behind each prefix layout found by message
         self._customs: dict[tuple, _Shape | _Tally] = {}  # counters of the rows of custom layouts (block.py)
         self._head_lens: list[int] = []  # head lengths of request-log layouts behind custom prefixes
-        self._found = None           # the last record found behind a custom prefix (anchored.py, block.py)
+        self._found: tuple | None = None   # the last record found behind a custom prefix (anchored.py, block.py)
         self.skipped: Counter = Counter()   # the lines counted as no_sglang_prefix, by what they look like
         self._prefixed = False       # a record behind a prefix seen: a message at a line's start is not a record
                                      # while a request's text runs on (see _anchored)
-        self._carried = None         # midnight of the last dated line: the day of a time-only one
+        self._carried: float | None = None   # midnight of the last dated line: the day of a time-only one
         self.untimed = 0             # records found by message without any time in their line
         self._known: list = []       # the prefix regexes of the layouts records were found behind, latest first
 
@@ -117,6 +113,10 @@ class Parser(BlockPath, AnchoredRecords):
             self.unparsed["malformed"] += 1
         return out
 
+    def feed_items(self, texts: list[str], first: int) -> list:
+        """`feed_lines`, except that a line of a learned layout stays a Row (events.py): see block.py."""
+        return block.feed_items(self, texts, first)
+
     def feed_lines(self, texts: list[str], first: int) -> list[Event]:
         """Consecutive lines of a plain-text source (line `first` first) -> the Events they complete."""
         return list(map(as_event, self.feed_items(texts, first)))
@@ -142,14 +142,14 @@ class Parser(BlockPath, AnchoredRecords):
                 self.unparsed["binary"] += 1
                 return
             m = self._line_re.match(text) if text[0] == "[" else None
-            if m is None and self._known and self._anchored(text, lineno, container_time, out, True):
+            if m is None and self._known and anchored.find_record(self, text, lineno, container_time, out, True):
                 return                      # behind a prefix layout of this file's (no search of the line)
             if m is None and "[" in text:
                 m = self._line_re.search(text)
                 if m is not None and not _wrapping(text, m):
                     m = None
             if m is None:
-                if not self._anchored(text, lineno, container_time, out):
+                if not anchored.find_record(self, text, lineno, container_time, out):
                     self._bare(text, lineno, container_time, out)
                 return
         elif "\x00" in text:
@@ -162,6 +162,7 @@ class Parser(BlockPath, AnchoredRecords):
             self._in_request = False
             self._learned_event(shape, m, lineno, container_time, out)
             return
+        ts: float | None
         a = self._prefix_at
         date, tod, frac, ranks = m.group(a, a + 1, a + 2, a + 3)
         if date is not None:
@@ -189,7 +190,7 @@ class Parser(BlockPath, AnchoredRecords):
         self._in_request = ev is not None and ev.kind == "request_log"
         self._prefixed = True
         if ev is None:
-            if not self._anchored(text, lineno, container_time, out):     # more prefix before the message?
+            if not anchored.find_record(self, text, lineno, container_time, out):     # more prefix before the message?
                 self.unparsed["unknown_message"] += 1
             return
         if ev is _MALFORMED:
@@ -295,7 +296,7 @@ class Parser(BlockPath, AnchoredRecords):
         if p is not None:
             p.lines += 1
             if p.lines <= _MAX_RECORD_LINES:
-                self._continue(p, text, lineno)
+                continue_record(p, text, lineno)
             return
         if self._in_request or request_marked(text):
             # a line of request text (a prompt printed with its newlines by early 0.4.x), or a request log
@@ -334,33 +335,6 @@ class Parser(BlockPath, AnchoredRecords):
             return
         self.unparsed["no_sglang_prefix"] += 1
         self.skipped[_foreign(text)] += 1
-
-    def _continue(self, p: _Pending, text: str, lineno: int) -> None:
-        ev = p.event
-        stripped = text.strip()
-        if not stripped:
-            return
-        if ev.kind == "oom":
-            m = _TRY_ALLOC.search(text)
-            if m:
-                ev.fields["requested_tokens"] = int(m.group(1))
-            m = _AVAIL_TOKENS.search(text)
-            if m:
-                ev.fields["available_tokens"] = int(m.group(1))
-            return
-        f = _FRAME.match(text)
-        if f:
-            p.funcs.append(f.group(1))
-            if len(p.funcs) > 64:
-                del p.funcs[:32]
-            return
-        if not p.oom_line and _oom_in(text):
-            # raised RuntimeErrors surface only inside the traceback, never as their own log record
-            p.oom_line, p.oom_text = lineno, stripped
-        if not stripped.startswith(("^", "~")):
-            p.last = stripped
-            if _EXC_LINE.match(stripped):
-                p.exc = stripped
 
     def _time_only(self, tod: str, frac):
         """`HH:MM:SS` without a date (0.3.0-0.3.3, custom formats): on the day of the last dated line when there

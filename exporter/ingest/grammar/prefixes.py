@@ -3,6 +3,7 @@ level and pid."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from exporter.ingest.events import EMPTY_RANK
 from exporter.ingest.grammar.patterns import _PREFIX_PART, _PREFIX_RANKS, _PY_FILE
@@ -15,9 +16,13 @@ class _PrefixLayout:
     __slots__ = ("time", "date", "frac", "ranks", "level", "pid", "template", "_rank", "tags", "known")
 
     def __init__(self, prefix: str):
-        self.time = self.date = self.frac = self.level = self.pid = None
+        self.time: Any = None       # (start, end) of each part in the prefix, once found
+        self.date: Any = None
+        self.frac: Any = None
+        self.level: Any = None
+        self.pid: Any = None
         self.ranks: list = []
-        self._rank = None
+        self._rank: dict | None = None
         self.known = False
         # the rank tags as SGLang's own prefix prints them (" DP0 TP1"), when they come after the time and
         # SGLang prints each of them: a batch line of the layout is then read by a learned shape
@@ -46,14 +51,14 @@ class _PrefixLayout:
             else:
                 parts.append("<n>")
         parts.append(_PY_FILE.sub("<file>", prefix[last:]))
-        self.template = re.sub(r"<rank>( <rank>)+", "<rank>", "".join(parts))[:120]
+        self.template: str = re.sub(r"<rank>( <rank>)+", "<rank>", "".join(parts))[:120]
         if not self.ranks:
             self._rank = EMPTY_RANK
         if self.time is None or self.date is None:
             self.tags = None
 
     def ranks_text(self, text: str) -> str:
-        return "".join(f" {tag}{text[a:b]}" for tag, (a, b) in self.tags)
+        return "".join(f" {tag}{text[a:b]}" for tag, (a, b) in self.tags or ())
 
     def clock(self, text: str):
         d, f = self.date, self.frac

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from typing import Any
 
 from exporter.catalog import DEFAULT_FIELD_RANGE, FIELD_RANGES
 from exporter.ingest.events import Event
@@ -21,7 +22,7 @@ from exporter.ingest.grammar.patterns import _BATCH_HEAD, _BATCH_KEYS, _GRAPH_KE
 # (tests/test_grammar_properties.py checks).
 
 
-def _below(high: int) -> str:
+def _below(high: float) -> str:
     """Regex of the digit strings of the integers 0 <= n < high, for high = d * 10**k (d in 1..9). A
     longer spelling with leading zeros is not matched: its line takes the generic path, which reads it alike."""
     text = str(high)
@@ -77,7 +78,11 @@ class _Shape:
         self.rk = 1 + has_frac  # index of its rank tags in its groups (0: "date time", 1: the fraction if any)
         self.first = 0          # number of its first group in the parser's line regex
         self.source = ""
-        self.event = self.values = self.value_exprs = self.fields_json = None
+        # filled by _compile_shape once the shape is complete: functions generated for it, and their source
+        self.event: Any = None
+        self.values: Any = None
+        self.value_exprs: Any = None
+        self.fields_json: Any = None
         self.limits: dict = {}  # group index -> (width, c): see _value_class
         self.template = None    # a copy counting the rows behind a custom prefix: that prefix layout's template
 
