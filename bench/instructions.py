@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Instructions per log line of the exporter's bulk readers, counted by valgrind (callgrind).
 
-    python bench/instructions.py [--lines 30000] [--seed 1] [--root DIR]
+    python bench/instructions.py [--lines 30000] [--seed 1] [--root DIR] [--layout sglang|custom]
+                                 [--readers parser,analyze]
 
 Wall-clock figures on a shared VM move by 20-50 % from run to run; instruction counts do not (the same input
 gives the same count to a few parts in a thousand), so this is the figure to compare two commits with
@@ -12,6 +13,7 @@ imports. Needs valgrind (`apt-get install -y valgrind`). Slow: callgrind runs ~5
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -37,8 +39,10 @@ READERS = {
 
 def instructions(root: str, code: str, log: Path, tmp: str) -> int:
     script = f"import sys\nsys.path.insert(0, {root!r})\nLOG = {str(log)!r}\n{code}\n"
+    env = dict(os.environ)
+    env.setdefault("PYTHONHASHSEED", "0")      # str hashes move dict and set costs by up to 10 % between runs
     out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
-                          sys.executable, "-c", script], capture_output=True, text=True, check=False)
+                          sys.executable, "-c", script], capture_output=True, text=True, check=False, env=env)
     m = re.search(r"Collected : (\d+)", out.stderr)
     if out.returncode != 0 or m is None:
         raise SystemExit(f"callgrind failed:\n{out.stderr[-2000:]}")
@@ -50,6 +54,10 @@ def main(argv=None) -> int:
     ap.add_argument("--lines", type=int, default=30000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--root", default=str(HERE.parent), help="the checkout to measure (default: this one)")
+    ap.add_argument("--readers", default="",
+                    help="only the readers whose names hold one of these words (comma-separated)")
+    ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang",
+                    help="custom: the generated log behind a custom logging config's prefix (genlog.py --layout)")
     a = ap.parse_args(argv)
     if not shutil.which("valgrind"):
         print("valgrind not installed (apt-get install -y valgrind)", file=sys.stderr)
@@ -60,13 +68,16 @@ def main(argv=None) -> int:
     import genlog
     with tempfile.TemporaryDirectory(prefix="instructions-") as tmp:
         big, small = Path(tmp) / "big.log", Path(tmp) / "small.log"
-        genlog.write(a.lines, str(big), seed=a.seed)
+        genlog.write(a.lines, str(big), seed=a.seed, layout=a.layout)
         with open(big, encoding="utf-8") as src, open(small, "w", encoding="utf-8") as dst:
             dst.writelines(line for _, line in zip(range(SMALL), src))
-        print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}")
+        print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}")
         print("| reader | instructions per line |")
         print("|---|---|")
+        wanted = [w for w in a.readers.split(",") if w]
         for name, code in READERS.items():
+            if wanted and not any(w in name for w in wanted):
+                continue
             per_line = (instructions(a.root, code, big, tmp) - instructions(a.root, code, small, tmp)) / (
                 a.lines - SMALL)
             print(f"| {name} | {per_line:,.0f} |", flush=True)

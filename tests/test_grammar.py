@@ -1,4 +1,4 @@
-"""Unit tests of exporter/ingest/grammar.py: unparsed reasons, multi-line records, time handling, the doc sync."""
+"""Unit tests of exporter/ingest/grammar/: unparsed reasons, multi-line records, time handling, the doc sync."""
 from __future__ import annotations
 
 import re
@@ -156,7 +156,19 @@ def test_rank_dicts_are_complete_and_cached():
 
 
 def test_doc_family_names_match_the_parser():
-    src = (Path(grammar.__file__)).read_text()
+    src = "".join(p.read_text() for p in Path(grammar.__file__).parent.glob("*.py"))
     for fam in set(re.findall(r'"(0\.[0-9.]+(?:-0\.[0-9.]+)?)"', src)):
         if fam.count(".") >= 2:
             assert f"`{fam}`" in DOC, fam
+
+
+def test_every_batch_field_range_is_one_a_learned_shape_can_spell():
+    """A learned shape spells each batch field's catalog range (catalog.FIELD_RANGES) as digit classes, which
+    needs a low of 0 or below and a high of d * 10**k: a catalog change that breaks this fails here, not as
+    lines silently left to the generic path."""
+    from exporter.ingest.grammar.shapes import _value_class
+    for name in set(grammar._BATCH_KEYS.values()) | {"forward_iter"}:
+        for is_float in (False, True):
+            for percent in (False, True):
+                regex, _ = _value_class(name, is_float, percent)
+                assert re.fullmatch(regex, "0" + (".0" if is_float else "")), name

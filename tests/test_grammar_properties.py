@@ -137,7 +137,7 @@ batch_keys = st.sampled_from(sorted(grammar._BATCH_KEYS) + ["cuda graph", "cpu g
 
 
 def _same_event(a, b) -> None:
-    assert (a.kind, a.time, a.ts, a.rank, a.line) == (b.kind, b.time, b.ts, b.rank, b.line)
+    assert (a.kind, a.time, a.ts, a.rank, a.line, a.prefix) == (b.kind, b.time, b.ts, b.rank, b.line, b.prefix)
     assert a.fields == b.fields and list(a.fields) == list(b.fields)
     for k, v in a.fields.items():
         assert type(b.fields[k]) is type(v), k
@@ -249,6 +249,14 @@ def test_json_lines_writer_equals_json_dumps(lines):
 
 # The block path (feed_items): learned shapes, skeletons, rows. Lines built to share skeletons (same widths,
 # other digits), to change rank tags within a skeleton, and to leave the learned classes now and then.
+# Custom prefixes (docs/log-events.md, "Custom log formats") are read by layouts of their own once learned: with a
+# level and pid, a 9-digit fraction, one starting with "[", an ISO time, and ones the fast path leaves to the
+# generic path (2024's [gpu=N] tag, a time-only prefix, rank tags apart).
+_CUSTOM_PREFIXES = ["2025-08-11 17:17:03,123 INFO 4242 [TP0 scheduler.py:1234] ",
+                    "2025-08-11 17:17:04,567 INFO 4242 [DP1 TP3 scheduler.py:1234] ",
+                    "2025-08-11 17:17:03.123456789 WARNING 77 [DP1 TP2 EP0 scheduler.py:88] ",
+                    "[2025-08-11 17:17:03][scheduler.py:1234][INFO]: ", "2025-08-11T17:17:03Z [TP1] ",
+                    "2025-08-11 17:17:03 [gpu=0] ", "17:17:03 INFO [TP0] ", "2025-08-11 17:17:03 TP0 x EP1 | "]
 _BATCH_LINE = st.builds(
     lambda prefix, which, running, queue, usage, graph, tput, trailing: (
         f"{prefix}{which} batch, #running-req: {running}, #queue-req: {queue}, token usage: {usage}, "
@@ -257,7 +265,7 @@ _BATCH_LINE = st.builds(
         + trailing),
     st.sampled_from(["[2025-08-11 17:17:03 TP0] ", "[2025-08-11 17:17:03 TP3] ", "[2025-08-11 17:17:09 DP1 TP2] ",
                      "[2025-08-12 00:00:00.25 TP1] ", "[2025-08-11 17:17:03] ", "[2025-08-11 17:17:03]",
-                     "[2025-13-45 17:17:03 TP0] ", "pod-1 | [2025-08-11 17:17:03 TP0] "]),
+                     "[2025-13-45 17:17:03 TP0] ", "pod-1 | [2025-08-11 17:17:03 TP0] "] + _CUSTOM_PREFIXES),
     st.sampled_from(["Decode", "Prefill"]), st.integers(0, 99),
     st.sampled_from(["0", "7", "12", "-1", "x", "999999999", "1000000000", "9" * 400]),
     st.sampled_from(["0.50", "0.93", "1.00", "1.99", "2.00", "7.50", "12%", "199%", "200%", "nan", "1e400"]), st.sampled_from([None, "True", "False"]),
@@ -269,7 +277,8 @@ _BATCH_LINE = st.builds(
 # too long for the head, time-only prefixes (not read by layout).
 _LINE_PREFIX = st.sampled_from(["[2025-08-11 17:17:03] ", "[2025-08-11 17:17:04] ", "[2025-08-11 17:17:03.25] ",
                                 "[2025-08-11 17:17:03 DP1] ", "[2025-13-45 17:17:03] ", "[17:17:03] ",
-                                "[2025-08-11 17:17:03 DP1 PP2 ATTN_CP3 MOE_DP4 TP5 EP6] ", "[2025-08-11 17:17:03]"])
+                                "[2025-08-11 17:17:03 DP1 PP2 ATTN_CP3 MOE_DP4 TP5 EP6] ", "[2025-08-11 17:17:03]"]
+                               + _CUSTOM_PREFIXES)
 _ACCESS_LINE = st.builds(
     lambda prefix, port, method, path, status, tail: (
         f'{prefix}INFO:     127.0.0.1:{port} - "{method} {path} HTTP/1.1" {status} {tail}'),
@@ -305,6 +314,7 @@ def test_block_path_equals_the_generic_path(lines, block):
         _same_event(a, b)
     assert fast.kinds == generic.kinds and fast.recognised == generic.recognised
     assert fast.unparsed == generic.unparsed and fast.format_family == generic.format_family
+    assert fast.layouts == generic.layouts and fast.skipped == generic.skipped and fast.untimed == generic.untimed
 
 
 def test_block_path_reads_batch_lines_by_skeleton():

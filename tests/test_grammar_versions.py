@@ -4,15 +4,14 @@
 
 The expected events are computed here from the same parameters that built the lines (never from the parser).
 The lines are also committed as tests/fixtures/versions/<family>.log (one file per family) and parsed through
-the real pipeline (exporter.ingest.pipeline.iter_file_events); `python tests/test_grammar_versions.py` rewrites
-the fixtures after a change here, and a test fails when they are stale.
+the real pipeline (exporter.ingest.pipeline.iter_file_events); `scripts/refresh-parser-fixtures` rewrites
+the fixtures after a change here (from fixture_files()), and a test fails when they are stale.
 """
 from __future__ import annotations
 
 import calendar
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -758,7 +757,7 @@ def test_family_fixture_file(name):
     """The committed fixture is what this module builds, and the real pipeline parses it the same way."""
     fam = FAMILIES[name]
     path = FIXTURES / f"{name}.log"
-    assert path.read_text() == fixture_text(fam), f"stale fixture: run `python {__file__}`"
+    assert path.read_text() == fixture_text(fam), "stale fixture: run scripts/refresh-parser-fixtures"
     want = json.loads((FIXTURES / f"{name}.expected.json").read_text())
     assert want == json.loads(json.dumps(fam.events))
     sp = SourceParser(str(path))
@@ -774,14 +773,22 @@ def test_every_contract_key_is_exercised():
     assert not missing
 
 
-def _write_fixtures() -> None:
-    FIXTURES.mkdir(parents=True, exist_ok=True)
+def fixture_files() -> dict[Path, str]:
+    """The committed fixtures of every family, as this module builds them (scripts/refresh-parser-fixtures)."""
+    files = {}
     for name, fam in FAMILIES.items():
-        (FIXTURES / f"{name}.log").write_text(fixture_text(fam))
-        (FIXTURES / f"{name}.expected.json").write_text(json.dumps(fam.events, indent=1) + "\n")
-        print(f"wrote {FIXTURES / name}.log ({len(fam.lines)} lines, {len(fam.events)} events)")
+        files[FIXTURES / f"{name}.log"] = fixture_text(fam)
+        files[FIXTURES / f"{name}.expected.json"] = json.dumps(fam.events, indent=1) + "\n"
+    return files
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    _write_fixtures()
+def test_the_refresh_script_finds_every_fixture_fresh():
+    """scripts/refresh-parser-fixtures --check, run as a user runs it, covers both fixture sets and says fresh."""
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "scripts" / "refresh-parser-fixtures"), "--check"],
+                          capture_output=True, text=True, cwd=root, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    n = len(list(FIXTURES.glob("*"))) + len(list((FIXTURES.parent / "layouts").glob("*.expected.json")))
+    assert proc.stdout.strip() == f"{n} fixtures fresh"

@@ -66,7 +66,7 @@ class Event:
         return out
 
 
-# A Row is a line that a parser's learned layout read (grammar.py, "Learned shapes", "Skeletons", _EventLayout),
+# A Row is a line that a parser's learned layout read (grammar/shapes.py, grammar/layouts.py),
 # before anyone asked for its Event: the tuple (layout, text, ts, time, rank, line), `text` being the line.
 # `Parser.feed_items` returns them among Events; `as_event` turns one into the Event the line stands for,
 # `layout.kind` is that Event's kind and `layout.fields_json(text)` its fields as JSON. Most rows are batch
@@ -121,8 +121,12 @@ class JsonLines:
             cached = self._ranks[id(rank)] = (rank, self.encode(rank))
         if time != self._time:
             self._time, self._time_json = time, self.encode(time)
+        prefix = shape.prefix_json      # a custom prefix's level and pid (grammar/layouts.py, "Custom prefixes")
+        if prefix is None:
+            return (f'{{"source":{src},"line":{line},"kind":"{shape.kind}","time":{self._time_json},'
+                    f'"rank":{cached[1]},"fields":{shape.fields_json(text)}}}')
         return (f'{{"source":{src},"line":{line},"kind":"{shape.kind}","time":{self._time_json},'
-                f'"rank":{cached[1]},"fields":{shape.fields_json(text)}}}')
+                f'"rank":{cached[1]},"fields":{shape.fields_json(text)},"prefix":{prefix(text)}}}')
 
 
 def compact_encoder():

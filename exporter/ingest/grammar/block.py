@@ -1,0 +1,207 @@
+"""The parser's block path: consecutive lines of a plain-text source, the lines of learned layouts read as
+rows (events.py) by their skeleton, the others through the generic path (functions of a Parser)."""
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from exporter.ingest.events import Event
+from exporter.ingest.grammar.layouts import (
+    _SKELETON,
+    HEAD_CHARS,
+    MAX_SKELETON_CHARS,
+    MAX_SKELETONS,
+    CustomEventLayout,
+    CustomLayout,
+    _EventLayout,
+    _head_key,
+    _Layout,
+    _Tally,
+    custom_spans,
+    layout_of_match,
+)
+from exporter.ingest.grammar.patterns import _ACCESS
+
+MAX_CUSTOM_COUNTERS = 256   # row counters of custom layouts per source (when full they are folded in)
+
+if TYPE_CHECKING:      # (the parser calls these with itself)
+    from exporter.ingest.grammar.parser import Parser
+
+
+
+def feed_items(p: Parser, texts: list[str], first: int) -> list:
+    """`feed_lines`, except that a line of a learned layout stays a Row (events.py): the block path
+    of `analyze`, `parse` and `serve`, where most lines are batch lines and Event objects would cost more
+    than reading them."""
+    out: list = []
+    if not p._shapes:
+        for lineno, text in enumerate(texts, first):
+            p._feed_safely(text, lineno, out, None)
+        return out
+    layouts, heads, rank_cache, head_lens = p._layouts, p._heads, p._rank_cache, p._head_lens
+    custom = bool(p._customs)    # layouts behind custom prefixes: lines not starting with "[" have them
+    last_dt, last_ts, last_iso = p._row_time
+    last_shape = None
+    lineno = first - 1
+    for text in texts:
+        lineno += 1
+        skeleton = None
+        layout: Any = None
+        if custom or text[:1] == "[":
+            if len(text) <= MAX_SKELETON_CHARS:
+                try:
+                    skeleton = text.encode().translate(_SKELETON)
+                except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no skeleton
+                    pass
+                else:
+                    layout = layouts.get(skeleton)
+                    if layout is not None and layout.check_at >= 0 and (
+                            text[layout.check_at] > layout.check_max
+                            or layout.check_more is not None and not layout.check_more(text)):
+                        layout = None       # a number out of its range: the generic path counts the line
+            if layout is None and heads and "\x00" not in text:
+                for chars in head_lens:     # HEAD_CHARS for SGLang's own prefix, others for custom ones
+                    layout = heads.get(_head_key(text, chars))
+                    if layout is not None:
+                        break
+        if layout is None:
+            m = p._line_re.match(text)
+            sh: Any = p._by_marker.get(m.lastindex) if m is not None else None
+            if sh is None:                  # not a learned shape's line: the generic path
+                n = len(out)
+                p._feed_safely(text, lineno, out, m)
+                last_shape = None           # it may have set the format family, or learned a shape
+                if len(out) > n:
+                    found = p._found
+                    if found is not None and found[0] == lineno:
+                        _learn_custom_layout(p, text, found, out[-1])
+                        custom = True
+                    elif m is not None and out[-1].kind in p._tallies:
+                        _learn_event_layout(p, text, lineno, skeleton, m, out[-1])
+                layouts = p._layouts
+                continue
+            layout = layout_of_match(sh, m)
+            if skeleton is not None:
+                if len(layouts) >= MAX_SKELETONS:
+                    layouts.clear()
+                layouts[skeleton] = layout
+        sh = layout.shape
+        if p._pending is not None:
+            out += p.flush()
+        dt = text[layout.dt]
+        if dt != last_dt:
+            last_dt = dt
+            last_ts, last_iso = p._date_time(dt[:10], dt[11:])
+        ts, iso = last_ts, last_iso
+        if layout.frac is not None and ts is not None:
+            frac = text[layout.frac]
+            ts += int(frac) / 10 ** len(frac)
+            iso = f"{iso}.{frac}"
+        ranks = text[layout.rank]
+        rank = rank_cache.get(ranks)
+        if rank is None:
+            rank = p._rank(ranks)
+        if sh is not last_shape:
+            last_shape = sh
+            p._in_request = sh.kind == "request_log"
+            if layout.batch:
+                p.format_family = sh.family or p._family(sh.sep, sh.has_iter, sh.trailing,
+                                                               sh.has_graph, False, False)
+        sh.count += 1
+        out.append((layout, text, ts, iso, rank, lineno))
+    p._row_time = last_dt, last_ts, last_iso
+    return out
+
+def _learn_event_layout(p: Parser, text: str, lineno: int, skeleton: bytes | None, m, ev: Event) -> None:
+    """After the generic path read line `lineno` (m: the line regex's match) and emitted `ev`, an access or
+    request-log Event: the layout that reads the next lines of its key as rows (see _EventLayout)."""
+    a = p._prefix_at
+    if ev.line != lineno or m.group(a) is None:
+        return
+    tally = p._tallies[ev.kind]
+    where = (text, slice(m.start(a), m.end(a + 1)), slice(*m.span(a + 2)) if m.group(a + 2) is not None else None,
+             slice(*m.span(a + 3)), m.end())
+    if ev.kind == "http_access":
+        access = _ACCESS.match(text, m.end())
+        if skeleton is not None and access is not None:
+            if len(p._layouts) >= MAX_SKELETONS:
+                p._layouts.clear()
+            p._layouts[skeleton] = _EventLayout(tally, p.source, *where, access)
+    elif text.startswith(("Receive: ", "Finish: "), m.end()) and m.end() + len("Receive: ") <= HEAD_CHARS:
+        _learn_head(p, text, HEAD_CHARS, _EventLayout(tally, p.source, *where))
+
+def _learn_head(p: Parser, text: str, chars: int, layout: _EventLayout) -> None:
+    """Read the next request logs whose first `chars` characters have the skeleton of `text`'s by `layout`."""
+    key = _head_key(text, chars)
+    if key is not None:
+        if len(p._heads) >= MAX_SKELETONS:
+            p._heads.clear()
+        p._heads[key] = layout
+        if chars not in p._head_lens:
+            p._head_lens.append(chars)
+
+def _learn_custom_layout(p: Parser, text: str, found: tuple, ev: Event) -> None:
+    """After the generic path read a record behind a custom prefix (anchored.py's `_found`: the line, its
+    prefix layout, where the message starts and, for a batch line, the learned shape and its match on the line
+    as SGLang's own prefix would print it), the layout that reads the next lines of its key as rows (see
+    layouts.py, "Custom prefixes"): batch and access lines by their skeleton, request logs by their head."""
+    p._found = None
+    _, prefix, start, shape, m = found
+    where = custom_spans(prefix)
+    if where is None or ev.line != found[0]:
+        return
+    dt, frac, rank = where
+    kind = shape.kind if shape is not None else ev.kind
+    counter: Any = p._customs.get((kind, shape.key if shape is not None else None, prefix.template))
+    if counter is None:
+        if len(p._customs) >= MAX_CUSTOM_COUNTERS:
+            _fold_customs(p)
+        if shape is not None:
+            counter = copy.copy(shape)
+            counter.count, counter.template = 0, prefix.template
+        else:
+            counter = _Tally(kind, prefix.template)
+        p._customs[(kind, shape.key if shape is not None else None, prefix.template)] = counter
+    level, pid = prefix.level, prefix.pid
+    if level is not None:
+        level = slice(*level)
+    if pid is not None:
+        pid = slice(*pid)
+    if shape is not None or kind == "http_access":
+        if len(text) > MAX_SKELETON_CHARS:
+            return
+        try:
+            skeleton = text.encode().translate(_SKELETON)
+        except UnicodeEncodeError:
+            return
+        if shape is not None:
+            shift = start - (len(m.string) - (len(text) - start))   # message offsets: the line's minus the rebuilt
+            rebuilt = [slice(*m.span(k)) for k in range(shape.first, shape.first + shape.ngroups)]
+            spans: list[slice] = [dt] + ([frac] if shape.has_frac and frac is not None else []) + [rank] + [
+                slice(s.start + shift, s.stop + shift) for s in rebuilt[shape.rk + 1:]]
+            layout: Any = CustomLayout(counter, spans, text, level, pid) if level or pid else \
+                _Layout(counter, spans, text)
+        else:
+            access = _ACCESS.match(text, start)
+            if access is None:
+                return
+            layout = CustomEventLayout(counter, p.source, text, dt, frac, rank, start, access, level, pid) \
+                if level or pid else _EventLayout(counter, p.source, text, dt, frac, rank, start, access)
+        if len(p._layouts) >= MAX_SKELETONS:
+            p._layouts.clear()
+        p._layouts[skeleton] = layout
+    elif text[:1] != "[" and text.startswith(("Receive: obj=", "Finish: obj="), start):
+        # (a prefix that starts with "[" is first read as SGLang's own by the generic path: not by its head)
+        _learn_head(p, text, start + len("Receive: obj="),
+                         CustomEventLayout(counter, p.source, text, dt, frac, rank, start, None, level, pid)
+                         if level or pid else _EventLayout(counter, p.source, text, dt, frac, rank, start))
+
+def _fold_customs(p: Parser) -> None:
+    """Fold the custom layouts' row counts into the parser's counts and start afresh (a bound on them)."""
+    for counter in p._customs.values():
+        p._recognised += counter.count
+        p._kinds[counter.kind] += counter.count
+        p._layout_counts[counter.template] += counter.count
+    p._customs.clear()
+    p._layouts.clear()
+    p._heads.clear()
