@@ -51,7 +51,10 @@ def _check_entry(e: Any, where: str) -> None:
             raise PositionsError(f"{where}: \"{key}\" must be {typ.__name__}, not {type(v).__name__}")
         if typ is int and not 0 <= v < 1 << 64:
             raise PositionsError(f"{where}: \"{key}\" = {v} is out of range")
-    unknown = set(e) - set(_FIELDS) - {"draining"}
+    after = e.get("copy_after_ns")
+    if after is not None and (after.__class__ is not int or not 0 <= after < 1 << 64):
+        raise PositionsError(f"{where}: \"copy_after_ns\" must be an int in range, not {after!r}")
+    unknown = set(e) - set(_FIELDS) - {"draining", "copy_after_ns"}
     if unknown:
         raise PositionsError(f"{where}: unknown key {sorted(unknown)[0]!r}")
     if e["fp_len"] > FINGERPRINT_BYTES:
