@@ -25,6 +25,7 @@ from exporter.ingest.follower import Follower
 from exporter.ingest.lines import read_range
 from exporter.ingest.pipeline import Sources as LogSources
 from exporter.ingest.positions import FINGERPRINT_BYTES
+from exporter.ingest.rotation import newest_mtime
 from exporter.scrape import metrics_url, scrape
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,9 @@ class Sidecar:
         except OSError as exc:
             self._count_error("positions")
             log.warning("positions file %s: cannot write (%s)", path, exc.strerror or exc)
+        except ValueError as exc:     # positions we would refuse to read back: a fault of ours, not the disk's
+            self._count_error("positions")
+            log.error("positions file %s: not written, the positions are invalid (%s)", path, exc)
 
     def _update_log_up(self) -> None:
         if self.follower is not None:
@@ -487,14 +491,22 @@ def _same_file(pos: dict, dev: int, ino: int) -> bool:
 def position_at(path: str, offset: int, dev: int, ino: int) -> dict:
     """A follower position (ingest/positions.py) that starts reading `path`, the file dev/ino, at byte
     `offset`, just after a newline: the end of the history replayed from it."""
+    fp, lineno, empty = b"", 0, False
     try:
         with open(path, "rb") as fh:
-            fp = fh.read(min(FINGERPRINT_BYTES, offset))
-            lineno = _count_lines(fh, offset)
+            st = os.fstat(fh.fileno())
+            if (st.st_dev, st.st_ino) == (dev, ino):     # else rotated since: nothing known of its head
+                fp = fh.read(min(FINGERPRINT_BYTES, offset))
+                lineno = _count_lines(fh, offset)
+                empty = st.st_size == 0
     except OSError:
-        fp, lineno = b"", 0
-    return {"dev": dev, "ino": ino, "offset": offset, "lineno": lineno, "skip": False, "fp": fp.hex(),
-            "fp_len": len(fp), "name": os.path.realpath(path), "draining": []}
+        pass
+    pos = {"dev": dev, "ino": ino, "offset": offset, "lineno": lineno, "skip": False, "fp": fp.hex(),
+           "fp_len": len(fp), "name": os.path.realpath(path), "draining": []}
+    if empty:
+        # no head to recognise a copytruncate copy by, should the file be filled and copied before it is read
+        pos["copy_after_ns"] = newest_mtime(os.path.realpath(path))
+    return pos
 
 
 def _count_lines(fh, end: int) -> int:
