@@ -157,7 +157,8 @@ class Follower:
 
     def positions(self) -> dict:
         """Per followed path, where the handed-out lines end (see the class docstring for the contract):
-        ``{path: {dev, ino, offset, lineno, skip, fp, fp_len, name, draining: [same without draining]}}``.
+        ``{path: {dev, ino, offset, lineno, skip, fp, fp_len, name, [copy_after_ns,] draining: [same without
+        draining]}}``.
         ``ino`` 0: no file was open (what appears is read from its start); ``skip``: the offset is inside the
         rest of a cut line, dropped up to its newline; ``fp``: hex of the first ``fp_len`` bytes; ``name``:
         the file's real path when opened. checkpoint.py writes it, with the counters, to the positions file."""
