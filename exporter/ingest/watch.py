@@ -115,7 +115,6 @@ class Watcher:
 def run_loop(follower, on_lines: Callable[[list], None], stop: threading.Event, poll_interval: float,
              min_interval: float, wake_on_append: bool, blocks: bool) -> None:
     """`Follower.run` (its docstring says what it does)."""
-
     wake = threading.Event()
     watcher = follower._watcher = Watcher(wake, appends=wake_on_append)
     follower.mode = watcher.mode
