@@ -358,14 +358,14 @@ def test_sigkill_restart_and_rotation_count_every_line_exactly_once(tmp_path, mo
     port = free_port()
     proc = _serve(log, positions, port)
     try:
-        wait_until(lambda: _counts(port) is not None, timeout=20, what="first answer")
+        wait_until(lambda: _counts(port) is not None, timeout=60, what="first answer")
         writer.start()
         for k in sorted(rnd.sample(range(200, total - 200), 2)):
             wait_until(lambda k=k: writer.written >= k, timeout=20, interval=0.001, what=f"line {k} written")
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
             proc = _serve(log, positions, port)
-            wait_until(lambda: _counts(port) is not None, timeout=20, what="answer after restart")
+            wait_until(lambda: _counts(port) is not None, timeout=60, what="answer after restart")
         writer.join(timeout=30)
         expected = (total, total * (total + 1) // 2)
         try:
