@@ -1,32 +1,30 @@
 """The live sidecar: follows log files and scrapes SGLang in background threads, feeding one Engine.
 
-Start-up (`prepare`) happens before the HTTP listener opens: every log is joined at a fixed point and what
-came before it that matters (the latest SGLang start-up, or what was written while the sidecar was down) is
-replayed on the log's own clock, so history lands where it happened and never raises a page. After that,
-time is arrival time from an injectable clock. Everything the faces show is taken as a consistent `View`
+Start-up (`prepare`, in startup.py) happens before the HTTP listener opens: every log is joined at a fixed
+point and what came before it that matters (the latest SGLang start-up, or what was written while the sidecar
+was down) is replayed on the log's own clock, so history lands where it happened and never raises a page.
+After that, time is arrival time from an injectable clock. Everything the faces show is taken as a consistent `View`
 under one lock, so a scrape of our /metrics never sees half an update. Read positions and counters are
 saved to a positions file (checkpoint.py) so a restarted sidecar resumes where it stopped.
 """
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter import __version__, checkpoint, readback
+from exporter import __version__, checkpoint, startup
 from exporter.catalog import SIGNALS_BY_ID
 from exporter.config import Config
 from exporter.engine import Engine, Snapshot
 from exporter.ingest.follower import Follower
-from exporter.ingest.lines import read_range
 from exporter.ingest.pipeline import Sources as LogSources
-from exporter.ingest.positions import FINGERPRINT_BYTES
 from exporter.scrape import metrics_url, scrape
 from exporter.source_health import SourceHealth, SourceStatus, log_source_problem
+from exporter.startup import LOG_POLL_BUDGET  # noqa: F401 - re-exported (tests/test_memory.py)
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +33,6 @@ WORKER_RESTART_DELAY = 1.0     # seconds before a worker loop that failed runs a
 WORKERS = ("follow", "scrape", "evaluate", "positions")
 FOLLOW_STUCK_SECONDS = 60.0    # a follower that finished no poll for this long is stuck (it polls every 0.25 s)
 NOT_YET = "not scraped yet"
-LOG_POLL_BUDGET = 1 << 20     # bytes per file per poll
-LOG_READ_CHUNK = 1 << 16      # bytes per read()
 
 
 @dataclass
@@ -95,130 +91,15 @@ class Sidecar:
         self.heartbeat: dict[str, float] = {}      # worker -> monotonic time of its last completed iteration
         self._next_save = 0.0
         self._saved: checkpoint.Checkpoint | None = None   # the last Checkpoint written (or loaded)
-        self._history_t: float | None = None      # the time given to the last replayed line
 
     # ------------------------------------------------------------------ start-up
     def prepare(self) -> None:
-        """Join every log at a fixed point and replay its history; call before serving HTTP.
-
+        """Join every log at a fixed point and replay its history; call before serving HTTP (startup.py).
         After this returns, nothing written to a log can be taken for old content and skipped: a line is
         either history (replayed here, on the log's clock) or read by the follower later."""
-        if not self.config.log_files:
-            self.prepared = True
-            return
-        cfg = self.config
-        saved = checkpoint.load(cfg.positions_file) if cfg.positions_file else None
-        self._history_t = None
-        start_at: dict = {}
-        counted: list = []           # (path, ranges, clock offset): replayed after the saved counters are restored
-        for path in _existing(cfg.log_files):
-            end = readback.complete_end(path)
-            if end is None:
-                continue
-            size, dev, ino = end
-            pos = (saved.positions.get(path) if saved else None)
-            if pos is not None and _same_file(pos, dev, ino):
-                # resuming: the lines before our position were counted (their counts are in the file); replay
-                # the start-up before it only for its facts and windows, then count from the position on
-                offset = min(int(pos.get("offset", 0)), size)
-                ranges = readback.history(path, offset, cfg.readback_bytes, cfg.max_line_bytes)
-                clock = readback.clock_offset(path, size, self.clock()) if ranges else None
-                for file, first, last in ranges:
-                    self._replay(file, first, last, clock)
-                continue
-            if pos is not None:
-                continue                  # rotated or truncated while we were down: the follower sorts it out
-            if cfg.from_end:
-                ranges = []
-            elif cfg.from_start:
-                ranges = [(path, 0, size)]
-            else:
-                ranges = readback.history(path, size, cfg.readback_bytes, cfg.max_line_bytes)
-                if not ranges:
-                    log.info("log %s: no SGLang start-up in its last %d bytes and the file is larger; joining "
-                             "at the end (start-up facts unknown until SGLang prints them)", path,
-                             cfg.readback_bytes)
-            if ranges:
-                counted.append((path, ranges, readback.clock_offset(path, size, self.clock())))
-            start_at[path] = position_at(path, size, dev, ino)
-        if saved is not None:
-            # the facts-only replays above counted lines the saved counters already hold: those win
-            with self.lock:
-                self.engine.state.restore_counters(saved.counters)
-        replayed: dict[str, int] = {}
-        for path, ranges, offset in counted:
-            for file, first, last in ranges:
-                replayed[path] = replayed.get(path, 0) + self._replay(file, first, last, offset)
-        positions = dict(saved.positions) if saved else {}
-        positions.update(start_at)
-        # every file that exists now has a position: the follower's own from-start rule only concerns files
-        # that appear later (always read whole)
-        # a backlog (a burst appended at once) is read LOG_POLL_BUDGET bytes per file per poll, the next poll
-        # right away: what one poll reads is held as text until parsed, so this bounds memory (bench/README.md)
-        self.follower = Follower(list(cfg.log_files), max_line_bytes=cfg.max_line_bytes, positions=positions,
-                                 poll_budget=LOG_POLL_BUDGET, read_chunk=LOG_READ_CHUNK)
-        self.follower.join()
-        for path, n in replayed.items():          # lines read is lines read, whoever read them
-            if path in self.follower.stats:
-                self.follower.stats[path].lines_read += n
-        # what was written while we were down (resumed sources) is history too: read it now, on its clock
-        offsets: dict = {}
-        while True:
-            for block in self.follower.poll_blocks():
-                if block.source not in offsets:
-                    end = readback.complete_end(block.source)
-                    offsets[block.source] = (readback.clock_offset(block.source, end[0], self.clock())
-                                             if end else None)
-                self._ingest_history(self.log_sources.feed_blocks([block]), offsets[block.source])
-            if not self.follower.backlog:
-                break
-        with self.lock:
-            self.engine.evaluate(self.clock())
-        self.save_positions(force=True)
+        if self.config.log_files:
+            startup.join_and_replay(self)
         self.prepared = True
-
-    def _replay(self, path: str, start: int, end: int, offset: float | None) -> int:
-        """Lines [start, end) of a log, through its parser, into the engine on the log's clock (`offset`
-        seconds from it to real time; None: the log has no timestamps); returns how many."""
-        feed = self.log_sources.feed_blocks
-        lines = 0
-        for block in read_range(path, start, end, self.config.max_line_bytes):
-            lines += len(block.texts)
-            self._ingest_history(feed([block]), offset)
-        self._ingest_history(self.log_sources.flush(), offset)
-        return lines
-
-    def _ingest_history(self, items, offset) -> None:
-        """Items stamped at their log time moved to real time by `offset` (never later than now, never
-        before the previous item); items of a log without timestamps are placed out of every window."""
-        now = self.clock()
-        undated = now - HISTORY_UNDATED_AGE
-        engine = self.engine
-        last = self._history_t
-        first_t = None
-        with self.lock:
-            for item in items:
-                row = item.__class__ is tuple
-                ts = item[2] if row else item.ts
-                if ts is not None and isinstance(offset, (int, float)):
-                    t = min(ts + offset, now)
-                    if last is not None and t < last:
-                        t = last
-                    last = t
-                else:
-                    t = last if last is not None else undated
-                if first_t is None:
-                    first_t = t
-                if row:
-                    engine.ingest_row(item, t)
-                else:
-                    engine.ingest(item, t)
-            if first_t is not None:
-                # observation began where the history does: a rate over a short watch is taken over the span the
-                # history covers, not over the instant it was read in
-                seen = engine.state.observed_from
-                engine.state.observed_from = first_t if seen is None else min(seen, first_t)
-        self._history_t = last
 
     # ------------------------------------------------------------------ feeding
     def on_lines(self, blocks) -> None:
@@ -254,6 +135,9 @@ class Sidecar:
         except OSError as exc:
             self._count_error("positions")
             log.warning("positions file %s: cannot write (%s)", path, exc.strerror or exc)
+        except ValueError as exc:     # positions we would refuse to read back: a fault of ours, not the disk's
+            self._count_error("positions")
+            log.error("positions file %s: not written, the positions are invalid (%s)", path, exc)
 
     def _update_log_up(self, now: float) -> None:
         f = self.follower
@@ -472,49 +356,3 @@ class Sidecar:
         A down SGLang must not make us unready either: a ServiceMonitor would then stop scraping us, and the
         "SGLang is down" signal would vanish with it."""
         return self.prepared and self.scrape_tried
-
-
-HISTORY_UNDATED_AGE = 86400.0     # replayed lines without any timestamp land this far back: outside every window
-
-
-def _existing(patterns) -> list[str]:
-    """The files the patterns name now (globs expanded), in a stable order."""
-    import glob
-    out: list[str] = []
-    for pat in patterns:
-        paths = sorted(glob.glob(pat, recursive=True)) if any(c in pat for c in "*?[") else [pat]
-        out += [p for p in paths if p not in out and os.path.isfile(p)]
-    return out
-
-
-def _same_file(pos: dict, dev: int, ino: int) -> bool:
-    return pos.get("dev") == dev and pos.get("ino") == ino
-
-
-def position_at(path: str, offset: int, dev: int, ino: int) -> dict:
-    """A follower position (ingest/positions.py) that starts reading `path`, the file dev/ino, at byte
-    `offset`, just after a newline: the end of the history replayed from it."""
-    try:
-        with open(path, "rb") as fh:
-            fp = fh.read(min(FINGERPRINT_BYTES, offset))
-            lineno = _count_lines(fh, offset)
-    except OSError:
-        fp, lineno = b"", 0
-    return {"dev": dev, "ino": ino, "offset": offset, "lineno": lineno, "skip": False, "fp": fp.hex(),
-            "fp_len": len(fp), "name": os.path.realpath(path), "draining": []}
-
-
-def _count_lines(fh, end: int) -> int:
-    """Newlines before byte `end` (so the lines read after it keep their numbers in the file); 0 past 1 GiB,
-    where counting would cost the start-up more than line numbers are worth to a sidecar."""
-    if end > 1 << 30:
-        return 0
-    fh.seek(0)
-    n = 0
-    while end > 0:
-        block = fh.read(min(1 << 22, end))
-        if not block:
-            break
-        n += block.count(b"\n")
-        end -= len(block)
-    return n

@@ -304,7 +304,7 @@ def test_held_partial_emitted_when_file_truncated_or_rotated(tmp_path):
     assert [(ln.text, ln.lineno) for ln in f.poll()] == [("again half done", 2)]
     now[0] += 5.0                                # quiet for the grace period: let go, held half emitted
     assert [(ln.text, ln.lineno) for ln in f.poll()] == [("late half", 3)]
-    assert f._tails[str(p)].old == [] and not f.stats[str(p)].stale
+    assert f.tails[str(p)].old == [] and not f.stats[str(p)].stale
 
 
 def test_deleted_file_is_released_and_read_again_when_recreated(tmp_path):
@@ -378,7 +378,7 @@ def test_ten_megabyte_line_without_newline_keeps_memory_bounded(tmp_path, max_li
         tracemalloc.stop()
     assert [(len(ln.text), ln.cut) for ln in lines] == [(max_line_bytes, True)]
     assert peak < peak_limit, f"peak {peak} bytes while reading a 10 MiB line"
-    assert len(f._tails[str(p)].cur.split.buf) == 0
+    assert len(f.tails[str(p)].cur.split.buf) == 0
     with open(p, "ab") as fh:
         fh.write(b"Z" * 1000 + b"\nnext line\n")
     assert [(ln.lineno, ln.text) for ln in f.poll()] == [(2, "next line")]
@@ -538,7 +538,7 @@ def test_close_releases_files(tmp_path):
     p.write_text("x\n")
     f = Follower([str(p)])
     f.poll()
-    fd = f._tails[str(p)].cur.fd
+    fd = f.tails[str(p)].cur.fd
     f.close()
     with pytest.raises(OSError):
         os.fstat(fd)

@@ -415,3 +415,101 @@ def test_stale_source_reaches_the_exposition(tmp_path):
 def roundtrip(positions: dict) -> dict:
     """Positions through the positions file's bytes, as a restarted sidecar reads them."""
     return checkpoint.parse(checkpoint.Checkpoint(positions).to_bytes(), "positions.json").positions
+
+
+@pytest.mark.parametrize("at_call", range(5))
+def test_a_rotation_at_any_point_of_the_restore_loses_nothing(tmp_path, monkeypatch, at_call):
+    """The log is renamed away (logrotate create, a writer that reopens late) just before the n-th look the
+    restoring follower takes at the followed path (a stat or an open, in whatever order it takes them):
+    whichever file it finds there, the saved one is finished from its offset, the writer's late lines to it
+    included, and the new one is read from its start. (Comparing a stat of the path with a file opened after
+    it took the new, empty file for ours truncated, read ours once as its copy and lost the late lines.)"""
+    log = tmp_path / "app.log"
+    now = 0.0
+    with open(log, "ab") as fh:
+        fh.write(b"".join(line_bytes(i, False) for i in range(10)))
+    first = Follower([str(log)], from_start=True, rotate_grace=GRACE, clock=lambda: now)
+    got = [int(NUM.search(ln.text.encode()).group(1)) for ln in first.poll()]
+    saved = roundtrip(first.positions())
+    first.close()
+    with open(log, "ab") as fh:
+        fh.write(b"".join(line_bytes(i, False) for i in range(10, 20)))     # after the save: read again
+    rotated = tmp_path / "app.log.1"
+    real_open = os.open
+    looks = 0
+
+    def rotate() -> None:
+        os.rename(log, rotated)
+        os.close(real_open(log, os.O_CREAT | os.O_WRONLY))     # logrotate's create
+
+    def rotate_first(fn):
+        def look(p, *args, **kwargs):
+            nonlocal looks
+            if isinstance(p, (str, os.PathLike)) and os.fspath(p) == str(log):
+                looks += 1
+                if looks == at_call + 1:
+                    rotate()
+            return fn(p, *args, **kwargs)
+        return look
+
+    monkeypatch.setattr(os, "stat", rotate_first(os.stat))
+    monkeypatch.setattr(os, "open", rotate_first(os.open))
+    second = Follower([str(log)], rotate_grace=GRACE, clock=lambda: now, positions=saved)
+    assert second.join() == {str(log): "open"}
+    monkeypatch.undo()
+    if looks <= at_call:                          # the restore looked fewer times: the rotation comes after
+        rotate()
+    got += [int(NUM.search(ln.text.encode()).group(1)) for ln in second.poll()]
+    with open(rotated, "ab") as fh:               # the writer has not reopened yet
+        fh.write(b"".join(line_bytes(i, False) for i in range(20, 30)))
+    with open(log, "ab") as fh:
+        fh.write(b"".join(line_bytes(i, False) for i in range(30, 40)))
+    for _ in range(3):
+        got += [int(NUM.search(ln.text.encode()).group(1)) for ln in second.poll()]
+        now += GRACE / 2
+    second.close()
+    assert got == list(range(40))
+
+
+def test_lines_appended_while_a_rotated_file_is_read_do_not_end_its_drain(tmp_path, monkeypatch):
+    """A writer that reopens late appends to the renamed file while the follower reads it, so the read ends
+    past the size taken just before it. That is growth, not a truncation: the file is drained on, and what
+    the writer appends to it until it reopens is read. (Judged on the size before the read, it was let go at
+    once and the rest of the writer's lines to it were lost, with nothing logged.)"""
+    log, rotated = tmp_path / "app.log", tmp_path / "app.log.1"
+    now = 0.0
+
+    def write(path: Path, numbers) -> None:
+        with open(path, "ab") as fh:
+            fh.write(b"".join(line_bytes(i, False) for i in numbers))
+
+    def poll(f: Follower) -> list[int]:
+        return [int(NUM.search(ln.text.encode()).group(1)) for ln in f.poll()]
+
+    write(log, range(10))
+    f = Follower([str(log)], from_start=True, rotate_grace=GRACE, clock=lambda: now)
+    got = poll(f)
+    fd = f.tails[str(log)].cur.fd
+    os.rename(log, rotated)
+    log.touch()                                   # logrotate's create; the writer has not reopened yet
+    write(rotated, [10])
+    real_fstat, appended = os.fstat, []
+
+    def fstat_then_append(x):
+        st = real_fstat(x)
+        if x == fd and not appended:              # the writer's line lands between the size and the read
+            appended.append(1)
+            write(rotated, [11])
+        return st
+
+    monkeypatch.setattr(os, "fstat", fstat_then_append)
+    got += poll(f)
+    monkeypatch.undo()
+    assert appended and got == list(range(12))
+    write(rotated, range(12, 20))
+    write(log, range(20, 30))                     # reopened
+    for _ in range(3):
+        now += GRACE / 2
+        got += poll(f)
+    f.close()
+    assert got == list(range(30))

@@ -6,10 +6,11 @@ same-size rewrites, deletion and re-creation, files that do not exist yet and sy
 when the writer never leaves it); a copytruncated file's unread rest is read from the copy. `Follower.join`
 opens every file at its join point before anything is read; `Follower.positions` says where the handed-out
 lines end, and a follower built from saved positions resumes there (exporter/ingest/positions.py: the file
-format; exporter/ingest/rotation.py: finding rotated files again). `Follower.poll` is one deterministic,
-non-blocking pass; `Follower.run` loops it, woken by inotify (watchdog) with a polling fallback. The line
-splitting is in exporter/ingest/lines.py (with `read_lines`, re-exported here, for whole files). What is
-guaranteed in each case, and the known limits: docs/tailing.md.
+format; exporter/ingest/rotation.py: finding rotated files again; exporter/ingest/tailfile.py: the open files
+of a path). `Follower.poll` is one deterministic, non-blocking pass; `Follower.run` loops it, woken by inotify
+(watchdog) with a polling fallback (exporter/ingest/watch.py). The line splitting is in
+exporter/ingest/lines.py (with `read_lines`, re-exported here, for whole files). What is guaranteed in each
+case, and the known limits: docs/tailing.md.
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from exporter.ingest.lines import (  # noqa: F401 - Line, read_lines, _cut_point: re-exported for callers
@@ -33,97 +33,24 @@ from exporter.ingest.lines import (  # noqa: F401 - Line, read_lines, _cut_point
     read_blocks,
     read_lines,
 )
-from exporter.ingest.positions import FINGERPRINT_BYTES, validate_positions
-from exporter.ingest.rotation import find_copy, find_inode, head_matches
-from exporter.ingest.watch import Watcher
+from exporter.ingest.positions import validate_positions
+from exporter.ingest.recover import copied_while_empty, restore
+from exporter.ingest.rotation import find_copy, head_matches, newest_mtime
+from exporter.ingest.tailfile import (  # noqa: F401 - FollowStats: re-exported for callers
+    NO_FILE,
+    FollowStats,
+    OpenFile,
+    Tail,
+    fd_name,
+    join_point,
+    open_at,
+)
+from exporter.ingest.watch import run_loop
 
 log = logging.getLogger(__name__)
 
-COUNT_EXISTING_MAX = 1 << 30      # line numbers of a file joined at its end: newlines counted up to this size
 _MAGIC = re.compile(r"[*?[]")
 
-
-@dataclass
-class FollowStats:
-    """Per source path (the exporter exports these as self-metrics)."""
-
-    lines_read: int = 0
-    rotations: int = 0       # the path now names another file (rename, delete + re-create, symlink switch)
-    truncations: int = 0     # the same file shrank or its head was rewritten (copytruncate, truncate)
-    lines_cut: int = 0       # lines longer than max_line_bytes, emitted cut
-    up: bool = False         # the file is open and being read
-    last_error: str | None = None
-    stale: bool = False      # a file rotated away is still written to after rotate_grace: the writer never reopens
-    rotated_writes: int = 0  # lines read from a rotated-away file after rotate_grace (all delivered)
-    rotated_unread: int = 0  # files gone (compressed, deleted) before they could be read on from a saved
-                             # position or a copytruncate offset: their unread lines, if any, are lost
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Follower
-
-
-class _File:
-    """One open file of a followed path: the one the path names now, or one rotated away and being drained.
-
-    ``offset`` is where reading continues; the splitter may hold the start of an unfinished line read before
-    it, so the boundary of what was handed out is ``offset - len(split.buf)`` (`entry`)."""
-
-    __slots__ = ("dev", "fd", "fp", "grew_at", "ino", "last_mtime", "last_size", "name", "offset", "once",
-                 "since", "split", "stale")
-
-    def __init__(self, fd: int, fst: os.stat_result, name: str, split: _Splitter) -> None:
-        self.fd, self.dev, self.ino, self.name, self.split = fd, fst.st_dev, fst.st_ino, name, split
-        self.offset = 0
-        self.fp = b""                 # the file's first bytes (up to FINGERPRINT_BYTES) once read
-        self.last_size = self.last_mtime = -1
-        self.grew_at = float("-inf")  # clock time of the last read that found new bytes
-        self.since = 0.0              # clock time it was rotated away (drained files)
-        self.once = False             # a copytruncate copy: read to its end, then close
-        self.stale = False            # still written to well after it was rotated away
-
-    def seek(self, offset: int, lineno: int = 0, skip: bool = False) -> None:
-        os.lseek(self.fd, offset, os.SEEK_SET)
-        self.offset = offset
-        self.split.reset(lineno)
-        self.split.discard = skip
-
-    def take_fp(self) -> None:
-        # The head as far as it exists, read or not: a copy or a rotated file is recognised by it even when
-        # the position is at 0 with an unfinished first line.
-        if len(self.fp) < FINGERPRINT_BYTES:
-            head = os.pread(self.fd, FINGERPRINT_BYTES, 0)
-            if head.startswith(self.fp):      # else rewritten: the next poll's head check sees it
-                self.fp = head
-
-    def entry(self) -> dict:
-        return {"dev": self.dev, "ino": self.ino, "offset": self.offset - len(self.split.buf),
-                "lineno": self.split.lineno, "skip": self.split.discard, "fp": self.fp.hex(),
-                "fp_len": len(self.fp), "name": self.name}
-
-    def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
-
-
-_NO_FILE = {"dev": 0, "ino": 0, "offset": 0, "lineno": 0, "skip": False, "fp": "", "fp_len": 0, "name": ""}
-
-
-class _Tail:
-    """One followed path: the file it names (``cur``) and rotated-away files still drained (``old``)."""
-
-    __slots__ = ("cur", "had_file", "literal", "old", "path", "stats", "warned")
-
-    def __init__(self, path: str, literal: bool, stats: FollowStats) -> None:
-        self.path = path
-        self.literal = literal
-        self.cur: _File | None = None
-        self.old: list[_File] = []
-        self.stats = stats
-        self.warned: str | None = None
-        self.had_file = False   # a file was open for this path before (its re-creation counts as a rotation)
 
 
 class Follower:
@@ -166,10 +93,10 @@ class Follower:
         self.last_poll: float | None = None  # time.monotonic() at the end of the last poll (liveness)
         self._saved = dict(validate_positions(positions)) if positions else {}
         self._positions: dict = {}
-        self._tails: dict[str, _Tail] = {}
+        self.tails: dict[str, Tail] = {}
         self._started = False
-        self._closed = False
-        self._watcher: Watcher | None = None
+        self.closed = False                  # close() was called: polls return nothing, run() ends
+        self._watcher = None                 # the running loop's Watcher (exporter/ingest/watch.py)
 
     # -- discovery --------------------------------------------------------------------------------------
 
@@ -177,16 +104,16 @@ class Follower:
         for pat in self.patterns:
             if _MAGIC.search(pat):
                 for path in sorted(glob.glob(pat, recursive=True)):
-                    if path not in self._tails and not os.path.isdir(path):
+                    if path not in self.tails and not os.path.isdir(path):
                         self._add(path, literal=False)
-            elif pat not in self._tails:
+            elif pat not in self.tails:
                 self._add(pat, literal=True)
 
     def _add(self, path: str, literal: bool) -> None:
         st = self.stats.get(path)
         if st is None:
             st = self.stats[path] = FollowStats()
-        self._tails[path] = _Tail(path, literal, st)
+        self.tails[path] = Tail(path, literal, st)
 
     # -- join and positions -----------------------------------------------------------------------------
 
@@ -195,14 +122,14 @@ class Follower:
 
         After it, nothing written to a followed file can be taken for old content: the sidecar calls it
         before it starts listening. Idempotent; the first `poll` calls it when nobody did."""
-        if not self._started and not self._closed:
+        if not self._started and not self.closed:
             self._expand()
             now = self.clock()
-            for t in self._tails.values():
+            for t in self.tails.values():
                 saved = self._saved.pop(t.path, None)
                 try:
                     if saved is not None:
-                        self._restore(t, saved, now)
+                        restore(self, t, saved, now)
                     else:
                         self._open(t, at_end=not self.from_start)
                 except OSError as exc:
@@ -216,7 +143,7 @@ class Follower:
         yet; it is read from its start when it appears) or ``"error: ..."`` (there but unreadable). A glob
         that matches nothing is listed by its pattern as ``"missing"``."""
         out = {}
-        for path, t in self._tails.items():
+        for path, t in self.tails.items():
             if t.cur is not None or t.old:
                 out[path] = "open"
             elif t.stats.last_error:
@@ -224,13 +151,14 @@ class Follower:
             else:
                 out[path] = "missing"
         for pat in self.patterns:
-            if _MAGIC.search(pat) and not any(not t.literal and fnmatchcase(p, pat) for p, t in self._tails.items()):
+            if _MAGIC.search(pat) and not any(not t.literal and fnmatchcase(p, pat) for p, t in self.tails.items()):
                 out[pat] = "missing"
         return out
 
     def positions(self) -> dict:
         """Per followed path, where the handed-out lines end (see the class docstring for the contract):
-        ``{path: {dev, ino, offset, lineno, skip, fp, fp_len, name, draining: [same without draining]}}``.
+        ``{path: {dev, ino, offset, lineno, skip, fp, fp_len, name, [copy_after_ns,] draining: [same without
+        draining]}}``.
         ``ino`` 0: no file was open (what appears is read from its start); ``skip``: the offset is inside the
         rest of a cut line, dropped up to its newline; ``fp``: hex of the first ``fp_len`` bytes; ``name``:
         the file's real path when opened. checkpoint.py writes it, with the counters, to the positions file."""
@@ -238,94 +166,11 @@ class Follower:
 
     def _snapshot(self) -> None:
         pos = {}
-        for path, t in self._tails.items():
-            e = t.cur.entry() if t.cur is not None else dict(_NO_FILE)
+        for path, t in self.tails.items():
+            e = t.cur.entry() if t.cur is not None else dict(NO_FILE)
             e["draining"] = [f.entry() for f in t.old]
             pos[path] = e
         self._positions = pos
-
-    def _restore(self, t: _Tail, e: dict, now: float) -> bool:
-        """Open ``t`` at a saved position; True when the path's file is open. The rules: docs/tailing.md."""
-        for d in e.get("draining", ()):
-            self._drain_saved(t, d, now)
-        if e["ino"] == 0:                            # nothing was there: what is there now is new
-            return self._open(t, at_end=False)
-        try:
-            st = os.stat(t.path)
-        except OSError:
-            st = None
-        if st is not None and (st.st_dev, st.st_ino) == (e["dev"], e["ino"]):
-            if not self._open(t, at_end=False):
-                # unreadable right now, or renamed since the stat: apply the position at a later poll
-                self._saved[t.path] = dict(e, draining=[])
-                return False
-            cur = t.cur
-            assert cur is not None                       # _open returned True: the file is open
-            fp = bytes.fromhex(e["fp"])
-            if os.fstat(cur.fd).st_size >= e["offset"] and head_matches(cur.fd, fp):
-                cur.seek(e["offset"], e["lineno"], e["skip"])
-                cur.fp = fp
-                return True
-            # truncated (or rewritten) while we were down: the rest may be in the rotated copy
-            copy = find_copy(os.path.realpath(t.path), fp, e["offset"])
-            f = self._reopen_at(t, copy, e, fp) if copy else None
-            if f is None:
-                self._lost(t, e)
-            else:
-                f.once = True
-                t.old.append(f)
-            t.stats.truncations += 1
-            return True
-        # the path names another file (or none): ours was rotated away while we were down
-        self._drain_saved(t, e, now)
-        if st is None:
-            return False
-        t.stats.rotations += 1
-        return self._open(t, at_end=False)
-
-    def _drain_saved(self, t: _Tail, e: dict, now: float) -> None:
-        """A saved file the path no longer names: drained from its offset when found, else counted lost."""
-        f = self._reopen_saved(t, e)
-        if f is None:
-            self._lost(t, e)
-        else:
-            f.since = now
-            t.old.append(f)
-
-    def _reopen_saved(self, t: _Tail, e: dict) -> _File | None:
-        """The saved file, found by device + inode in the path's directory or the one it points into now.
-        (Not in the directory the saved ``name`` says: a damaged or foreign positions file must not make us
-        read files elsewhere.)"""
-        dirs = [os.path.dirname(os.path.realpath(t.path)), os.path.dirname(os.path.abspath(t.path))]
-        p = find_inode(dirs, e["dev"], e["ino"])
-        return self._reopen_at(t, p, e, bytes.fromhex(e["fp"]), same_inode=True) if p else None
-
-    def _reopen_at(self, t: _Tail, path: str, e: dict, fp: bytes, same_inode: bool = False) -> _File | None:
-        """``path`` (a rotated file of ``t``) opened at the position ``e``, if it still has ``fp`` as its head
-        and at least ``e["offset"]`` bytes. Its lines are the followed path's."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            return None
-        try:
-            fst = os.fstat(fd)
-            ok = (fst.st_size >= e["offset"] and head_matches(fd, fp)
-                  and (not same_inode or (fst.st_dev, fst.st_ino) == (e["dev"], e["ino"])))
-            if ok:
-                f = _File(fd, fst, path, _Splitter(t.path, self.max_line_bytes))
-                f.seek(e["offset"], e["lineno"], e["skip"])
-                f.fp = fp
-                return f
-        except OSError:
-            pass
-        os.close(fd)
-        return None
-
-    def _lost(self, t: _Tail, e: dict) -> None:
-        t.stats.rotated_unread += 1
-        log.warning("log source %s: the file last read at byte %d (%s, inode %d) is gone or changed and no "
-                    "rotated copy was found (compressed or deleted?); lines written to it after that byte, "
-                    "if any, are lost", t.path, e["offset"], e["name"] or t.path, e["ino"])
 
     # -- the pass ---------------------------------------------------------------------------------------
 
@@ -335,7 +180,7 @@ class Follower:
 
     def poll_blocks(self) -> list[Block]:
         """`poll` in `Block`s."""
-        if self._closed:
+        if self.closed:
             return []
         if not self._started:
             self.join()
@@ -343,7 +188,7 @@ class Follower:
         now = self.clock()
         out: list[Block] = []
         self.backlog = False
-        for tail in list(self._tails.values()):
+        for tail in list(self.tails.values()):
             n0 = len(out)
             try:
                 self._poll_tail(tail, out, now)
@@ -355,18 +200,21 @@ class Follower:
             tail.stats.stale = any(f.stale for f in tail.old)
             if tail.cur is None and not tail.old and not tail.literal and not os.path.lexists(tail.path):
                 # A glob match that went away: forget it (stats stay); if it comes back it is a new file.
-                del self._tails[tail.path]
+                del self.tails[tail.path]
         self._snapshot()
         self.last_poll = time.monotonic()
         return out
 
-    def _problem(self, tail: _Tail, msg: str) -> None:
+    def _splitter(self, t: Tail) -> _Splitter:
+        return _Splitter(t.path, self.max_line_bytes)
+
+    def _problem(self, tail: Tail, msg: str) -> None:
         tail.stats.last_error = msg
         if tail.warned != msg:
             tail.warned = msg
             log.warning("log source %s: %s", tail.path, msg)
 
-    def _poll_tail(self, t: _Tail, out: list[Block], now: float) -> None:
+    def _poll_tail(self, t: Tail, out: list[Block], now: float) -> None:
         behind = False
         for f in list(t.old):                           # older lines first
             behind |= self._drain(t, f, out, now)
@@ -384,7 +232,7 @@ class Follower:
             elif os.fstat(cur.fd).st_nlink == 0:
                 self._retire(t, out, now)               # deleted: drained like a renamed file
             elif not behind:
-                self._read(cur, out, self.poll_budget, now)   # renamed, nothing at the path yet
+                self._read(cur, out, now)   # renamed, nothing at the path yet
             return
         if not stat.S_ISREG(st.st_mode):
             if cur is not None:
@@ -395,7 +243,7 @@ class Follower:
         if cur is None:
             had = t.had_file
             saved = self._saved.pop(t.path, None)
-            if not (self._restore(t, saved, now) if saved is not None else self._open(t, at_end=False)):
+            if not (restore(self, t, saved, now) if saved is not None else self._open(t, at_end=False)):
                 return
             if had:
                 t.stats.rotations += 1                  # deleted earlier, re-created now
@@ -410,22 +258,27 @@ class Follower:
                 and not head_matches(cur.fd, cur.fp)):
             self._truncated(t, out, now)                # copytruncate, > file, truncate -s, rewrite
         cur = t.cur
-        assert cur is not None                          # opened above, or kept open (truncation reuses it)
+        assert cur is not None                          # the path's file is open (reopened if it changed)
         cur.last_size = st.st_size
         cur.last_mtime = st.st_mtime_ns
+        if cur.copy_after is not None and st.st_size > 0 and not behind:
+            behind = copied_while_empty(self, t, out, now)
         if not behind and st.st_size > cur.offset:
-            self._read(cur, out, self.poll_budget, now)
+            self._read(cur, out, now)
 
-    def _drain(self, t: _Tail, f: _File, out: list[Block], now: float) -> bool:
+    def _drain(self, t: Tail, f: OpenFile, out: list[Block], now: float) -> bool:
         """Read a rotated-away file on; close it once quiet for the grace period. True: stopped at budget."""
         fst = os.fstat(f.fd)
+        # Truncated since it was rotated away: judged before reading, as the writer may append while we read
+        # (a late reopen) and take the offset past this size, which is no truncation.
+        shrunk = fst.st_size < f.offset
         # written to since the last look (not merely a backlog read late because of the poll budget)
         grew = 0 <= f.last_size < fst.st_size
         f.last_size = fst.st_size
         behind = False
         if fst.st_size > f.offset:
             n0 = len(out)
-            behind = self._read(f, out, self.poll_budget, now)
+            behind = self._read(f, out, now)
             if not f.once and now - f.since > self.rotate_grace:
                 t.stats.rotated_writes += sum(len(b.texts) for b in out[n0:])
                 if grew and not f.stale:
@@ -434,31 +287,35 @@ class Follower:
                                 "after the rotation: the writer does not reopen its log file. Its lines are "
                                 "still read, but rotation does not work: rotate with copytruncate or make "
                                 "the writer reopen (runbook SGLangLogSourceStale)",
-                                t.path, _fd_name(f), now - f.since)
+                                t.path, fd_name(f), now - f.since)
         if behind:
             return True
         quiet = now - max(f.since, f.grew_at) >= self.rotate_grace
         # a stale file is let go only once the writer has moved on to the new file
         moved_on = not f.stale or (t.cur is not None and t.cur.grew_at >= f.grew_at)
-        if f.once or fst.st_size < f.offset or (quiet and moved_on):
+        if f.once or shrunk or (quiet and moved_on):
             f.split.flush(out)                          # its unfinished last line will never be finished
+            if t.cur is not None and t.cur.copy_after is not None:
+                # written after the path's file was seen empty, but ours: not a copy of that file
+                t.cur.copy_after = max(t.cur.copy_after, fst.st_mtime_ns)
             f.close()
             t.old.remove(f)
         return False
 
-    def _retire(self, t: _Tail, out: list[Block], now: float) -> None:
+    def _retire(self, t: Tail, out: list[Block], now: float) -> None:
         f, t.cur = t.cur, None
-        assert f is not None                            # only a path with an open file is retired
+        assert f is not None                            # only an open file is retired
         f.since = now
         t.old.append(f)
         t.stats.up = False
         self._drain(t, f, out, now)
 
-    def _truncated(self, t: _Tail, out: list[Block], now: float) -> None:
+    def _truncated(self, t: Tail, out: list[Block], now: float) -> None:
         cur = t.cur
-        assert cur is not None                          # only an open file can shrink under us
+        assert cur is not None                          # only an open file is found truncated
         copy = find_copy(os.path.realpath(t.path), cur.fp, cur.offset)
-        f = self._reopen_at(t, copy, {"offset": cur.offset, "lineno": 0, "skip": False}, cur.fp) if copy else None
+        at = {"offset": cur.offset, "lineno": 0, "skip": False}
+        f = open_at(copy, at, cur.fp, self._splitter(t)) if copy else None
         if f is not None:
             # copytruncate: the lines between our offset and the truncation point are in the copy; our
             # splitter goes with it, to finish the line it holds
@@ -468,12 +325,13 @@ class Follower:
             self._drain(t, f, out, now)
         else:
             cur.split.flush(out)
-        cur.split = _Splitter(t.path, self.max_line_bytes)
+        cur.split = self._splitter(t)
         cur.seek(0)
         cur.fp = b""
+        cur.copy_after = newest_mtime(os.path.realpath(t.path))
         t.stats.truncations += 1
 
-    def _open(self, t: _Tail, at_end: bool) -> bool:
+    def _open(self, t: Tail, at_end: bool) -> bool:
         try:
             fd = os.open(t.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
@@ -488,9 +346,11 @@ class Follower:
                 t.stats.up = False
                 self._problem(t, "not a regular file")
                 return False
-            f = _File(fd, fst, os.path.realpath(t.path), _Splitter(t.path, self.max_line_bytes))
-            f.seek(*self._join_point(fd, fst.st_size)) if at_end else f.seek(0)
+            f = OpenFile(fd, fst, os.path.realpath(t.path), self._splitter(t))
+            f.seek(*join_point(fd, fst.st_size, self.max_line_bytes)) if at_end else f.seek(0)
             f.take_fp()
+            if not f.fp and f.offset == 0:
+                f.copy_after = newest_mtime(f.name)     # empty: a copy made before we read a byte is told by its time
         except OSError as exc:
             os.close(fd)
             self._problem(t, f"cannot read: {exc.strerror or exc}")
@@ -502,89 +362,13 @@ class Follower:
         t.warned = None
         return True
 
-    def _join_point(self, fd: int, size: int) -> tuple[int, int, bool]:
-        """Where to start reading a file joined at its end, the number of the line before it, and whether
-        reading starts inside a line to discard.
-
-        Starts after the last newline, so an unfinished last line is read whole once it is finished; one longer
-        than the limit is skipped (reading starts at the end, inside a line to discard)."""
-        if size == 0:
-            return 0, 0, False
-        back = min(size, self.max_line_bytes + 1)
-        tail = os.pread(fd, back, size - back)
-        j = tail.rfind(b"\n")
-        if j >= 0:
-            start = size - back + j + 1
-        elif back == size:
-            start = 0                               # one unfinished line, short enough: read it all
-        else:
-            start = -1                              # inside a too-long line
-        lineno = 0
-        if start != 0:
-            counted_to = start if start > 0 else size
-            if counted_to <= COUNT_EXISTING_MAX:
-                pos = 0
-                while pos < counted_to:
-                    block = os.pread(fd, min(1 << 22, counted_to - pos), pos)
-                    if not block:
-                        break
-                    lineno += block.count(b"\n")
-                    pos += len(block)
-        if start < 0:
-            return size, lineno + 1, True       # the too-long line we are inside counts as line lineno + 1
-        return start, lineno, False
-
-    def _read(self, f: _File, out: list[Block], budget: int, now: float) -> bool:
-        """Read what was appended to ``f``, at most ``budget`` bytes; True when it stopped at the budget."""
-        fd = f.fd
-        chunk = self.read_chunk
-        split = f.split
-        got = 0
-        hit = False
-        while True:
-            data = os.read(fd, chunk)
-            if not data:
-                break
-            f.offset += len(data)
-            got += len(data)
-            split.feed(data, out)
-            if got >= budget:
-                self.backlog = hit = True
-                break
-            if len(data) < chunk:
-                break  # short read of a regular file: at its end (for now)
-        if got:
-            f.grew_at = now
-            f.take_fp()
+    def _read(self, f: OpenFile, out: list[Block], now: float) -> bool:
+        """`OpenFile.read` within the poll budget; True (and `backlog`) when it stopped at the budget."""
+        hit = f.read(out, self.read_chunk, self.poll_budget, now)
+        self.backlog |= hit
         return hit
 
     # -- the loop ---------------------------------------------------------------------------------------
-
-    def watch_dirs(self) -> dict[str, bool]:
-        """Directories whose changes should wake `run`, each with whether to watch it recursively."""
-        dirs: dict[str, bool] = {}
-        for pat in self.patterns:
-            d = os.path.dirname(os.path.abspath(pat))
-            recursive = False
-            while _MAGIC.search(d):
-                d = os.path.dirname(d)
-                recursive = True
-            if os.path.isdir(d):
-                dirs[d] = dirs.get(d, False) or recursive
-        for t in self._tails.values():
-            if t.cur is not None:
-                real = os.path.dirname(os.path.realpath(t.path))
-                if real not in dirs and os.path.isdir(real):
-                    dirs[real] = False
-        return dirs
-
-    def _interesting(self) -> tuple[tuple[str, ...], frozenset[str]]:
-        names = set()
-        for t in self._tails.values():
-            names.add(os.path.abspath(t.path))
-            if t.cur is not None:
-                names.add(os.path.realpath(t.path))
-        return tuple(os.path.abspath(p) for p in self.patterns), frozenset(names)
 
     def run(self, on_lines: Callable[[list], None], stop: threading.Event,
             poll_interval: float = 1.0, min_interval: float = 0.1, wake_on_append: bool = True,
@@ -603,48 +387,11 @@ class Follower:
 
         ``blocks=True`` hands ``on_lines`` `Block`s instead of `Line`s. After a poll that found lines, the
         next one that finds none calls ``on_lines([])`` once."""
-        wake = threading.Event()
-        watcher = self._watcher = Watcher(wake, appends=wake_on_append)
-        self.mode = watcher.mode
-        refresh_watches = True
-        had_lines = False
-        try:
-            while not stop.is_set() and not self._closed:
-                polled_at = time.monotonic()
-                lines = self.poll_blocks() if blocks else self.poll()
-                if lines or had_lines:
-                    # one empty call when the logs go quiet: the consumer emits what it holds (a traceback
-                    # is often the last thing a crashing server prints; nothing follows to complete it)
-                    try:
-                        on_lines(lines)
-                    except Exception:
-                        log.exception("log line consumer failed")
-                had_lines = bool(lines)
-                if self.backlog:
-                    continue
-                if refresh_watches:      # directories only change on rotation or new files: the timer catches them
-                    watcher.update(self.watch_dirs(), *self._interesting())
-                    self.mode = watcher.mode
-                deadline = polled_at + poll_interval
-                woken = False
-                while not stop.is_set():
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    if wake.wait(min(remaining, 0.5)):
-                        woken = True
-                        break
-                wake.clear()
-                refresh_watches = not woken
-                if woken:
-                    stop.wait(max(0.0, polled_at + min_interval - time.monotonic()))
-        finally:
-            watcher.stop()
-            self._watcher = None
+        run_loop(self, on_lines, stop, poll_interval, min_interval, wake_on_append, blocks)
 
     def close(self) -> None:
-        self._closed = True
-        for t in self._tails.values():
+        self.closed = True
+        for t in self.tails.values():
             for f in ([t.cur] if t.cur is not None else []) + t.old:
                 f.close()
             t.cur, t.old = None, []
@@ -657,9 +404,3 @@ class Follower:
         self.close()
 
 
-def _fd_name(f: _File) -> str:
-    """The rotated file's current name, for a log line (Linux), else its name when it was opened."""
-    try:
-        return os.readlink(f"/proc/self/fd/{f.fd}")
-    except OSError:
-        return f.name

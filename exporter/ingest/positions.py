@@ -2,7 +2,9 @@
 
 A position names one file by device + inode, the offset of the first byte not yet handed out as a complete
 line, the number of the last line handed out, and the file's first bytes (the head fingerprint) so that a
-reused inode or a rewritten file is not taken for the same one. `validate_positions` checks every field and
+reused inode or a rewritten file is not taken for the same one; a file seen empty (no head yet) may carry
+``copy_after_ns``, the time after which a rotated sibling is its copytruncate copy (exporter/ingest/recover.py).
+`validate_positions` checks every field and
 raises `PositionsError` (one exception, naming the key) on anything else; the positions file that holds them
 (with the counters they belong to) is checkpoint.py's. The rules that apply a position on
 start are in `Follower` (docs/tailing.md, "Restart").
@@ -51,7 +53,10 @@ def _check_entry(e: Any, where: str) -> None:
             raise PositionsError(f"{where}: \"{key}\" must be {typ.__name__}, not {type(v).__name__}")
         if typ is int and isinstance(v, int) and not 0 <= v < 1 << 64:
             raise PositionsError(f"{where}: \"{key}\" = {v} is out of range")
-    unknown = set(e) - set(_FIELDS) - {"draining"}
+    after = e.get("copy_after_ns")
+    if after is not None and (after.__class__ is not int or not 0 <= after < 1 << 64):
+        raise PositionsError(f"{where}: \"copy_after_ns\" must be an int in range, not {after!r}")
+    unknown = set(e) - set(_FIELDS) - {"draining", "copy_after_ns"}
     if unknown:
         raise PositionsError(f"{where}: unknown key {sorted(unknown)[0]!r}")
     if e["fp_len"] > FINGERPRINT_BYTES:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import stat
 
+from exporter.ingest.positions import FINGERPRINT_BYTES
+
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".lzma", ".zip", ".z", ".br", ".sz")
 
 
@@ -52,6 +54,38 @@ def find_inode(dirs: list[str], dev: int, ino: int) -> str | None:
                         return e.path
         except OSError:
             continue
+    return None
+
+
+def newest_mtime(path: str) -> int:
+    """The newest modification time (ns) of ``path`` and its rotated siblings; 0 when none can be read."""
+    newest = 0
+    for p in [path, *rotated_siblings(path)]:
+        try:
+            newest = max(newest, os.stat(p).st_mtime_ns)
+        except OSError:
+            continue
+    return newest
+
+
+def find_copy_since(path: str, after_ns: int, skip: set, head: bytes) -> str | None:
+    """The newest rotated sibling of ``path`` written after ``after_ns`` that is none of the files ``skip``
+    names (device, inode), not empty, and not what ``path`` holds now (``head``: its first bytes): the copy of
+    a file copytruncated while it had no head fingerprint, when there is one."""
+    for p in rotated_siblings(path):
+        try:
+            st = os.stat(p)
+            if st.st_mtime_ns <= after_ns:
+                break                   # newest first: the rest are older still
+            if (st.st_dev, st.st_ino) in skip or st.st_size == 0:
+                continue
+            with open(p, "rb") as fh:
+                theirs = fh.read(FINGERPRINT_BYTES)
+        except OSError:
+            continue
+        n = min(len(theirs), len(head))
+        if n == 0 or theirs[:n] != head[:n]:
+            return p
     return None
 
 

@@ -1,14 +1,19 @@
-"""Waking the follower's loop on file changes: a watchdog (inotify) observer over a changing set of
-directories. Used by `Follower.run`; without it (no inotify, watch limits) the loop only polls on its timer.
+"""Running a `Follower`: its poll loop, woken on file changes by a watchdog (inotify) observer over a changing
+set of directories; without one (no inotify, watch limits) the loop only polls on its timer.
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
+import time
+from collections.abc import Callable
 from fnmatch import fnmatchcase
 
 log = logging.getLogger(__name__)
+
+_MAGIC = re.compile(r"[*?[]")
 
 
 def _make_observer():
@@ -105,3 +110,73 @@ class Watcher:
                 obs.join(timeout=5)
             except Exception as exc:  # noqa: BLE001 - stopping is best effort
                 log.debug("stopping the file observer: %s", exc)
+
+
+def run_loop(follower, on_lines: Callable[[list], None], stop: threading.Event, poll_interval: float,
+             min_interval: float, wake_on_append: bool, blocks: bool) -> None:
+    """`Follower.run` (its docstring says what it does)."""
+    wake = threading.Event()
+    watcher = follower._watcher = Watcher(wake, appends=wake_on_append)
+    follower.mode = watcher.mode
+    refresh_watches = True
+    had_lines = False
+    try:
+        while not stop.is_set() and not follower.closed:
+            polled_at = time.monotonic()
+            lines = follower.poll_blocks() if blocks else follower.poll()
+            if lines or had_lines:
+                # one empty call when the logs go quiet: the consumer emits what it holds (a traceback
+                # is often the last thing a crashing server prints; nothing follows to complete it)
+                try:
+                    on_lines(lines)
+                except Exception:
+                    log.exception("log line consumer failed")
+            had_lines = bool(lines)
+            if follower.backlog:
+                continue
+            if refresh_watches:      # directories only change on rotation or new files: the timer catches them
+                watcher.update(watch_dirs(follower), *_interesting(follower))
+                follower.mode = watcher.mode
+            deadline = polled_at + poll_interval
+            woken = False
+            while not stop.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                if wake.wait(min(remaining, 0.5)):
+                    woken = True
+                    break
+            wake.clear()
+            refresh_watches = not woken
+            if woken:
+                stop.wait(max(0.0, polled_at + min_interval - time.monotonic()))
+    finally:
+        watcher.stop()
+        follower._watcher = None
+
+
+def watch_dirs(follower) -> dict[str, bool]:
+    """Directories whose changes should wake the loop, each with whether to watch it recursively."""
+    dirs: dict[str, bool] = {}
+    for pat in follower.patterns:
+        d = os.path.dirname(os.path.abspath(pat))
+        recursive = False
+        while _MAGIC.search(d):
+            d = os.path.dirname(d)
+            recursive = True
+        if os.path.isdir(d):
+            dirs[d] = dirs.get(d, False) or recursive
+    for t in follower.tails.values():
+        if t.cur is not None:
+            real = os.path.dirname(os.path.realpath(t.path))
+            if real not in dirs and os.path.isdir(real):
+                dirs[real] = False
+    return dirs
+
+def _interesting(follower) -> tuple[tuple[str, ...], frozenset[str]]:
+    names = set()
+    for t in follower.tails.values():
+        names.add(os.path.abspath(t.path))
+        if t.cur is not None:
+            names.add(os.path.realpath(t.path))
+    return tuple(os.path.abspath(p) for p in follower.patterns), frozenset(names)

@@ -1,0 +1,104 @@
+"""Recovering lines of files a follower lost sight of: saved positions applied when it starts (resume in the
+same file, finish one rotated or truncated while it was down, or count it lost) and the copy of a file that
+was copytruncated before any of its bytes were read.
+
+Used by `Follower` (exporter/ingest/follower.py); the rules are in docs/tailing.md ("Join, positions and
+restart").
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from exporter.ingest.positions import FINGERPRINT_BYTES
+from exporter.ingest.rotation import find_copy, find_copy_since, find_inode, head_matches
+from exporter.ingest.tailfile import OpenFile, Tail, open_at
+
+log = logging.getLogger(__name__)
+
+
+def restore(fo, t: Tail, e: dict, now: float) -> bool:
+    """Open ``t`` at the saved position ``e`` for the follower ``fo``; True when the path's file is open."""
+    for d in e.get("draining", ()):
+        drain_saved(fo, t, d, now)
+    if e["ino"] == 0:                            # nothing was there: what is there now is new
+        return fo._open(t, at_end=False)
+    # Opened first, then compared by the descriptor's device + inode: a rotation between a stat of the path
+    # and its open would otherwise make us take the new file for ours truncated, read ours once as its
+    # "copy" and lose what its writer still appends to it (a writer that reopens late).
+    if not fo._open(t, at_end=False):
+        try:
+            st = os.stat(t.path)
+        except OSError:
+            st = None
+        if st is not None and (st.st_dev, st.st_ino) == (e["dev"], e["ino"]):
+            fo._saved[t.path] = dict(e, draining=[])    # ours, unreadable right now: applied at a later poll
+            return False
+        drain_saved(fo, t, e, now)              # rotated away while we were down; the path is read later
+        t.stats.rotations += st is not None
+        return False
+    cur = t.cur
+    assert cur is not None                      # _open returned True: the path's file is open
+    if (cur.dev, cur.ino) != (e["dev"], e["ino"]):
+        # the path names another file: ours was rotated away while we were down (read first, the new from 0)
+        drain_saved(fo, t, e, now)
+        t.stats.rotations += 1
+        return True
+    fp = bytes.fromhex(e["fp"])
+    if os.fstat(cur.fd).st_size >= e["offset"] and head_matches(cur.fd, fp):
+        cur.seek(e["offset"], e["lineno"], e["skip"])
+        cur.fp = fp
+        cur.copy_after = e.get("copy_after_ns") if not fp else None
+        return True
+    # truncated (or rewritten) while we were down: the rest may be in the rotated copy
+    copy = find_copy(os.path.realpath(t.path), fp, e["offset"])
+    f = open_at(copy, e, fp, fo._splitter(t)) if copy else None
+    if f is None:
+        lost(t, e)
+    else:
+        f.once = True
+        t.old.append(f)
+    t.stats.truncations += 1
+    return True
+
+
+def drain_saved(fo, t: Tail, e: dict, now: float) -> None:
+    """A saved file the path no longer names: drained from its offset when found, else counted lost.
+
+    It is looked for by device + inode in the path's directory or the one it points into now (not in the
+    directory the saved ``name`` says: a damaged or foreign positions file must not make us read files
+    elsewhere)."""
+    dirs = [os.path.dirname(os.path.realpath(t.path)), os.path.dirname(os.path.abspath(t.path))]
+    p = find_inode(dirs, e["dev"], e["ino"])
+    f = open_at(p, e, bytes.fromhex(e["fp"]), fo._splitter(t), same_inode=True) if p else None
+    if f is None:
+        lost(t, e)
+    else:
+        f.since = now
+        t.old.append(f)
+
+
+def lost(t: Tail, e: dict) -> None:
+    t.stats.rotated_unread += 1
+    log.warning("log source %s: the file last read at byte %d (%s, inode %d) is gone or changed and no "
+                "rotated copy was found (compressed or deleted?); lines written to it after that byte, "
+                "if any, are lost", t.path, e["offset"], e["name"] or t.path, e["ino"])
+
+
+def copied_while_empty(fo, t: Tail, out: list, now: float) -> bool:
+    """``t``'s file was empty when last seen (no head to recognise a copy by) and has content now: if it was
+    filled and copytruncated meanwhile (between two polls, or while we were down), the copy is the rotated
+    sibling written since then that is not a file we drain and not the start of what the file holds now.
+    Read it first, whole; True when that stopped at the poll budget."""
+    cur = t.cur
+    assert cur is not None and cur.copy_after is not None   # called for an open file seen empty
+    after, cur.copy_after = cur.copy_after, None
+    skip = {(f.dev, f.ino) for f in t.old} | {(cur.dev, cur.ino)}
+    copy = find_copy_since(os.path.realpath(t.path), after, skip, os.pread(cur.fd, FINGERPRINT_BYTES, 0))
+    f = open_at(copy, {"offset": 0, "lineno": 0, "skip": False}, b"", fo._splitter(t)) if copy else None
+    if f is None:
+        return False
+    f.once = True
+    t.old.append(f)
+    t.stats.truncations += 1
+    return fo._drain(t, f, out, now)
