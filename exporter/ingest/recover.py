@@ -12,7 +12,7 @@ import os
 
 from exporter.ingest.positions import FINGERPRINT_BYTES
 from exporter.ingest.rotation import find_copy, find_copy_since, find_inode, head_matches
-from exporter.ingest.tailfile import OpenFile, Tail, open_at
+from exporter.ingest.tailfile import Tail, open_at
 
 log = logging.getLogger(__name__)
 
