@@ -63,8 +63,32 @@ def parse(data: bytes, where: str) -> Checkpoint:
     return Checkpoint(positions, counters, float(written) if isinstance(written, (int, float)) else 0.0)
 
 
+def _temp_prefix(path: str) -> str:
+    return f".{os.path.basename(path)}.tmp-"
+
+
+def remove_leftovers(path: str) -> int:
+    """Delete temporary files a save of `path` left behind when the process was killed mid-write (called at
+    start, before any save of ours is in flight); returns how many went."""
+    directory, prefix = os.path.dirname(os.path.abspath(path)), _temp_prefix(path)
+    removed = 0
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            os.unlink(os.path.join(directory, name))
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def load(path: str) -> Checkpoint | None:
-    """The checkpoint at `path`; None (after one warning) when there is none or it cannot be used."""
+    """The checkpoint at `path`; None (after one warning) when there is none or it cannot be used. Temporary
+    files of a save cut short by a kill are removed first."""
+    remove_leftovers(path)
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_BYTES + 1)
@@ -83,7 +107,7 @@ def load(path: str) -> Checkpoint | None:
 def save(path: str, cp: Checkpoint) -> None:
     """Replace the file at `path` by `cp` atomically: a reader (or a crash) sees the old or the new file whole."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".positions-", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), dir=directory)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(cp.to_bytes())

@@ -380,6 +380,23 @@ def test_sigkill_restart_and_rotation_count_every_line_exactly_once(tmp_path, mo
         proc.wait(timeout=10)
 
 
+def test_a_save_cut_short_by_a_kill_leaves_no_temporary_file_past_the_next_start(tmp_path):
+    """A SIGKILL between mkstemp and the rename leaves a temporary file; the next start removes it (and only
+    this positions file's: another file's temporaries in the same folder stay)."""
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    pos = tmp_path / "positions.json"
+    left = tmp_path / ".positions.json.tmp-abc123"
+    left.write_bytes(b'{"format": "sglang-exporter-posi')        # torn: the kill came mid-write
+    other = tmp_path / ".other.json.tmp-xyz"
+    other.write_bytes(b"not ours")
+    sc = Sidecar(Config(log_files=(str(log),), positions_file=str(pos)))
+    sc.prepare()
+    sc.save_positions(force=True)
+    assert not left.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.tmp-xyz", "positions.json", "sglang.log"]
+
+
 def test_an_unwritable_positions_file_costs_durability_not_monitoring(tmp_path, caplog):
     log = tmp_path / "sglang.log"
     log.write_text("")
