@@ -10,30 +10,14 @@ The shape here: one I/O thread owns every socket. It accepts (backlog `Limits.ba
 non-blocking, reads request heads under a deadline and writes responses non-blocking, all through one
 selector, so an idle or slow connection costs a file descriptor and a few KiB, never a thread. Only a complete,
 parsed request head goes to a fixed pool of worker threads through a bounded queue; a worker calls the handler,
-which hands back a `Response` (from any thread, via `reply`) for the I/O thread to write. What bounds what:
-
-- threads: 1 I/O thread + `Limits.workers`, whatever the clients do;
-- connections: `Limits.max_connections`; at the limit (or when the process is out of file descriptors) the
-  connection that has waited longest for its first request head is closed to make room (a keep-alive
-  connection between requests only when there is no such one), so a flood of idle connections cannot lock a
-  scraper out;
-- time: a new connection has `head_timeout` from accept to finish its TLS handshake and request head (a
-  slowloris sending a byte a second is cut there, not after every byte); a keep-alive connection may idle
-  `idle_timeout` before its next request; a response that makes no write progress for `write_timeout` ends
-  the connection; a connection serves at most `max_requests_per_connection` requests;
-- size: a request head over `max_head_bytes` answers 431 (414 when the request line alone is that long), more
-  than `max_headers` header lines 431; only GET-style requests without a body are expected, so a request that
-  announces a body is answered and the connection closed without reading it;
-- work: at most `queue_size` requests wait for a worker; beyond that the I/O thread answers 503 itself. A
-  connection has at most one request in the queue, so by default (queue_size = max_connections) every open
-  connection's request is answered in turn: a burst of 500 requests at once is 500 answers, not 436 errors.
-  A smaller queue sheds load with 503 instead.
+which hands back a `Response` (from any thread, via `reply`) for the I/O thread to write. So threads are bounded
+(1 + `Limits.workers`) whatever the clients do, and connections, time, sizes and queued work each have a limit
+in `Limits`; docs/api.md ("The listener") has the table of each limit and what happens past it.
 """
 from __future__ import annotations
 
 import errno
 import logging
-import re
 import selectors
 import socket
 import ssl
@@ -41,11 +25,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from email.utils import formatdate
+from dataclasses import dataclass
 from http import HTTPStatus
 from queue import Full, Queue
-from urllib.parse import urlsplit
+
+from exporter.http_message import HEAD_END, Request, Response, parse_head, serialize, wants_close
 
 log = logging.getLogger(__name__)
 
@@ -64,30 +48,8 @@ class Limits:
     backlog: int = 1024
 
 
-@dataclass
-class Request:
-    method: str
-    target: str
-    path: str              # the target's path, without query string
-    version: str           # "HTTP/1.1" or "HTTP/1.0"
-    headers: dict          # lower-cased name -> value (names that may not repeat are checked)
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes = b""
-    content_type: str = "text/plain; charset=utf-8"
-    headers: dict = field(default_factory=dict)
-    close: bool = False
-
-
 Handler = Callable[[Request, Callable[[Response], None]], None]
 
-_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_HEAD_END = re.compile(rb"\r?\n\r?\n")
-# a repeated Content-Length or Authorization is ambiguous (request smuggling, credential confusion): 400
-_SINGLE = frozenset({"content-length", "authorization", "host", "transfer-encoding"})
 
 _READING, _HANDSHAKE, _BUSY, _WRITING, _LINGER = "reading", "handshake", "busy", "writing", "linger"
 # after the last response of a connection: how long its unread input is drained before closing
@@ -394,7 +356,7 @@ class Listener:
                 conn.deadline = self._deadline(self.clock() + self.limits.head_timeout)
             conn.buf += data
             # TLS may hold decrypted bytes the selector will not report again: read on while it has some
-            if len(conn.buf) > self.limits.max_head_bytes or _HEAD_END.search(conn.buf) \
+            if len(conn.buf) > self.limits.max_head_bytes or HEAD_END.search(conn.buf) \
                     or not isinstance(conn.sock, ssl.SSLSocket) or not conn.sock.pending():
                 break
         self._parse(conn)
@@ -404,7 +366,7 @@ class Listener:
         while conn.buf[:1] in (b"\r", b"\n"):  # type: ignore[comparison-overlap]
             del conn.buf[:1]
         limit = self.limits.max_head_bytes
-        m = _HEAD_END.search(conn.buf)
+        m = HEAD_END.search(conn.buf)
         if (m.end() if m else len(conn.buf)) > limit:
             line_too_long = b"\n" not in conn.buf[:limit]
             self._fail(conn, HTTPStatus.REQUEST_URI_TOO_LONG if line_too_long
@@ -414,12 +376,12 @@ class Listener:
             return
         head = bytes(conn.buf[:m.start()])
         del conn.buf[:m.end()]
-        request, error = self._parse_head(head)
+        request, error = parse_head(head, self.limits.max_headers)
         if error is not None or request is None:
             self._fail(conn, error or HTTPStatus.BAD_REQUEST)
             return
         conn.served += 1
-        conn.close_after = _wants_close(request) or conn.served >= self.limits.max_requests_per_connection
+        conn.close_after = wants_close(request) or conn.served >= self.limits.max_requests_per_connection
         conn.state = _BUSY
         self._waiting.pop(conn.sock.fileno(), None)
         self._watch(conn, 0)
@@ -427,48 +389,14 @@ class Listener:
             self._jobs.put_nowait((conn, request))
         except Full:
             busy = Response(HTTPStatus.SERVICE_UNAVAILABLE, b"busy\n", headers={"Retry-After": "1"})
-            self._start_write(conn, _serialize(request, busy, True), True)
-
-    def _parse_head(self, head: bytes) -> tuple[Request | None, int | None]:
-        lines = head.split(b"\n")
-        parts = lines[0].rstrip(b"\r").split(b" ")
-        if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
-            return None, HTTPStatus.BAD_REQUEST
-        method, target, version = (p.decode("latin-1") for p in parts)
-        if version not in ("HTTP/1.1", "HTTP/1.0"):
-            return None, (HTTPStatus.HTTP_VERSION_NOT_SUPPORTED if re.fullmatch(r"HTTP/\d(\.\d)?", version)
-                          else HTTPStatus.BAD_REQUEST)
-        if len(lines) - 1 > self.limits.max_headers:
-            return None, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
-        headers: dict[str, str] = {}
-        for raw in lines[1:]:
-            name, colon, value = raw.rstrip(b"\r").partition(b":")
-            if not colon or not _TOKEN.fullmatch(name):    # also refuses obsolete line folding
-                return None, HTTPStatus.BAD_REQUEST
-            key = name.decode("ascii").lower()
-            if key in headers:
-                if key in _SINGLE:
-                    return None, HTTPStatus.BAD_REQUEST
-                headers[key] += ", " + value.strip().decode("latin-1")
-            else:
-                headers[key] = value.strip().decode("latin-1")
-        length = headers.get("content-length", "0")
-        if not length.isdigit():
-            return None, HTTPStatus.BAD_REQUEST
-        if target.startswith("/"):
-            path = target.split("?", 1)[0]
-        elif target.startswith(("http://", "https://")):     # absolute form (RFC 9112 3.2.2)
-            path = urlsplit(target).path or "/"
-        else:
-            path = ""           # "*" or garbage: no route matches, the handler answers 404
-        return Request(method, target, path, version, headers), None
+            self._start_write(conn, serialize(request, busy, True), True)
 
     def _fail(self, conn: _Conn, status: int) -> None:
         """Answer a request the I/O thread refuses by itself, then close."""
         conn.state = _BUSY
         self._waiting.pop(conn.sock.fileno(), None)
         body = f"{HTTPStatus(status).phrase.lower()}\n".encode()
-        self._start_write(conn, _serialize(None, Response(status, body), True), True)
+        self._start_write(conn, serialize(None, Response(status, body), True), True)
 
     def _take_replies(self) -> None:
         while self._done:
@@ -552,25 +480,5 @@ class Listener:
 
     def _reply(self, conn: _Conn, request: Request, response: Response) -> None:
         close = response.close or conn.close_after
-        self._done.append((conn, _serialize(request, response, close), close))
+        self._done.append((conn, serialize(request, response, close), close))
         self._wake()
-
-
-def _wants_close(request: Request) -> bool:
-    tokens = {t.strip().lower() for t in request.headers.get("connection", "").split(",")}
-    body = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
-    # a body we do not read would be taken for the next request: answer, then close
-    return request.version == "HTTP/1.0" or "close" in tokens or body
-
-
-def _serialize(request: Request | None, response: Response, close: bool) -> bytes:
-    status = HTTPStatus(response.status)
-    lines = [f"HTTP/1.1 {status.value} {status.phrase}", f"Date: {formatdate(usegmt=True)}",
-             f"Content-Type: {response.content_type}", f"Content-Length: {len(response.body)}"]
-    lines += [f"{k}: {v}" for k, v in response.headers.items()]
-    if close:
-        lines.append("Connection: close")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    if request is not None and request.method == "HEAD":
-        return head
-    return head + response.body
