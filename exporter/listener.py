@@ -25,52 +25,30 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from http import HTTPStatus
 from queue import Full, Queue
 
+from exporter.connection import (
+    BUSY,
+    GONE,
+    HANDSHAKE,
+    LINGER,
+    LINGER_SECONDS,
+    READING,
+    WANT_READ,
+    WRITING,
+    Conn,
+    Limits,
+    handshake,
+    receive,
+    send,
+)
 from exporter.http_message import HEAD_END, Request, Response, parse_head, serialize, wants_close
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Limits:
-    head_timeout: float = 5.0
-    idle_timeout: float = 30.0
-    write_timeout: float = 10.0
-    max_head_bytes: int = 8192
-    max_headers: int = 64
-    max_connections: int = 1024
-    max_requests_per_connection: int = 1000
-    workers: int = 4
-    queue_size: int = 1024
-    backlog: int = 1024
-
-
 Handler = Callable[[Request, Callable[[Response], None]], None]
-
-
-_READING, _HANDSHAKE, _BUSY, _WRITING, _LINGER = "reading", "handshake", "busy", "writing", "linger"
-# after the last response of a connection: how long its unread input is drained before closing
-_LINGER_SECONDS = 2.0
-
-
-class _Conn:
-    __slots__ = ("sock", "state", "buf", "out", "deadline", "served", "close_after", "events", "idle")
-
-    def __init__(self, sock, state, deadline):
-        self.sock = sock
-        self.state = state
-        self.buf = bytearray()
-        self.out = memoryview(b"")
-        self.deadline = deadline
-        self.served = 0
-        self.close_after = False
-        self.events = 0          # what the selector watches for this socket (0: not registered)
-        # between keep-alive requests: the idle deadline runs until the next request's first byte. A new
-        # connection is not idle: its head deadline runs from accept
-        self.idle = False
 
 
 class _Pending:
@@ -112,9 +90,9 @@ class Listener:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._conns: dict[int, _Conn] = {}          # fd -> connection
+        self._conns: dict[int, Conn] = {}          # fd -> connection
         self._waiting: dict[int, None] = {}         # fds awaiting a request head, oldest first (eviction order)
-        self._done: deque[tuple[_Conn, bytes, bool]] = deque()   # (conn, bytes, close) handed back by workers
+        self._done: deque[tuple[Conn, bytes, bool]] = deque()   # (conn, bytes, close) handed back by workers
         self._jobs: Queue = Queue(maxsize=self.limits.queue_size)
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -214,7 +192,7 @@ class Listener:
             self._next_sweep = when
         return when
 
-    def _watch(self, conn: _Conn, events: int) -> None:
+    def _watch(self, conn: Conn, events: int) -> None:
         if events == conn.events:
             return
         if conn.events and events:
@@ -249,15 +227,15 @@ class Listener:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-            state = _READING
+            state = READING
             if self.ssl_context is not None:
                 try:
                     sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
                 except (OSError, ValueError):
                     sock.close()
                     continue
-                state = _HANDSHAKE
-            conn = _Conn(sock, state, self._deadline(now + self.limits.head_timeout))
+                state = HANDSHAKE
+            conn = Conn(sock, state, self._deadline(now + self.limits.head_timeout))
             self._conns[sock.fileno()] = conn
             self._waiting[sock.fileno()] = None
             self._watch(conn, selectors.EVENT_READ)
@@ -269,7 +247,7 @@ class Listener:
         close (every connection has a request in progress)."""
         for fd in self._waiting:
             conn = self._conns[fd]
-            if conn.served == 0 or conn.state == _LINGER:
+            if conn.served == 0 or conn.state == LINGER:
                 self._close(conn)
                 return True
         for fd in self._waiting:
@@ -277,7 +255,7 @@ class Listener:
             return True
         return False
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: Conn) -> None:
         fd = conn.sock.fileno()
         if fd < 0:
             return
@@ -299,7 +277,7 @@ class Listener:
             else:
                 nearest = self._accept_paused_until
         for conn in list(self._conns.values()):
-            if conn.state == _BUSY:
+            if conn.state == BUSY:
                 continue        # the handler owns it; bounded by the worker queue, not by a clock
             if now >= conn.deadline:
                 self._close(conn)
@@ -308,48 +286,40 @@ class Listener:
         # deadlines closer than 50 ms apart share a sweep: a sweep walks every connection
         self._next_sweep = None if nearest is None else max(nearest, now + 0.05)
 
-    def _step(self, conn: _Conn) -> None:
-        if conn.state == _HANDSHAKE:
+    def _step(self, conn: Conn) -> None:
+        if conn.state == HANDSHAKE:
             self._handshake(conn)
-        elif conn.state == _READING:
+        elif conn.state == READING:
             self._read(conn)
-        elif conn.state == _WRITING:
+        elif conn.state == WRITING:
             self._write(conn)
-        elif conn.state == _LINGER:
+        elif conn.state == LINGER:
             self._drain(conn)
 
-    def _handshake(self, conn: _Conn) -> None:
-        try:
-            conn.sock.do_handshake()
-        except ssl.SSLWantReadError:
-            self._watch(conn, selectors.EVENT_READ)
+    def _handshake(self, conn: Conn) -> None:
+        waits = handshake(conn.sock)
+        if waits is not None:
+            self._wait(conn, waits)
             return
-        except ssl.SSLWantWriteError:
-            self._watch(conn, selectors.EVENT_WRITE)
-            return
-        except (OSError, ValueError):    # a failed handshake (plain HTTP on the TLS port, bad client): drop it
-            self._close(conn)
-            return
-        conn.state = _READING
+        conn.state = READING
         self._watch(conn, selectors.EVENT_READ)
         self._read(conn)       # the handshake's last flight may have carried the request too
 
-    def _read(self, conn: _Conn) -> None:
+    def _wait(self, conn: Conn, waits: str) -> None:
+        """Watch the socket for what a step waits for, or close the connection when it is GONE."""
+        if waits == GONE:
+            self._close(conn)
+        else:
+            self._watch(conn, selectors.EVENT_READ if waits == WANT_READ else selectors.EVENT_WRITE)
+
+    def _read(self, conn: Conn) -> None:
         while True:
-            try:
-                data = conn.sock.recv(65536)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
-                self._watch(conn, selectors.EVENT_READ)
+            data = receive(conn.sock)
+            if isinstance(data, str):
+                self._wait(conn, data)
+                if data == GONE:
+                    return
                 break
-            except ssl.SSLWantWriteError:
-                self._watch(conn, selectors.EVENT_WRITE)
-                break
-            except (OSError, ValueError):
-                self._close(conn)
-                return
-            if not data:
-                self._close(conn)
-                return
             if conn.idle:
                 # a keep-alive connection's next request has begun: its head now has head_timeout to arrive
                 conn.idle = False
@@ -361,7 +331,7 @@ class Listener:
                 break
         self._parse(conn)
 
-    def _parse(self, conn: _Conn) -> None:
+    def _parse(self, conn: Conn) -> None:
         # RFC 9112 2.2: ignore blank lines before a request line (a bytearray equals the bytes it holds)
         while conn.buf[:1] in (b"\r", b"\n"):  # type: ignore[comparison-overlap]
             del conn.buf[:1]
@@ -382,7 +352,7 @@ class Listener:
             return
         conn.served += 1
         conn.close_after = wants_close(request) or conn.served >= self.limits.max_requests_per_connection
-        conn.state = _BUSY
+        conn.state = BUSY
         self._waiting.pop(conn.sock.fileno(), None)
         self._watch(conn, 0)
         try:
@@ -391,9 +361,9 @@ class Listener:
             busy = Response(HTTPStatus.SERVICE_UNAVAILABLE, b"busy\n", headers={"Retry-After": "1"})
             self._start_write(conn, serialize(request, busy, True), True)
 
-    def _fail(self, conn: _Conn, status: int) -> None:
+    def _fail(self, conn: Conn, status: int) -> None:
         """Answer a request the I/O thread refuses by itself, then close."""
-        conn.state = _BUSY
+        conn.state = BUSY
         self._waiting.pop(conn.sock.fileno(), None)
         body = f"{HTTPStatus(status).phrase.lower()}\n".encode()
         self._start_write(conn, serialize(None, Response(status, body), True), True)
@@ -404,32 +374,25 @@ class Listener:
             if self._conns.get(conn.sock.fileno()) is conn:
                 self._start_write(conn, data, close)
 
-    def _start_write(self, conn: _Conn, data: bytes, close: bool) -> None:
-        conn.state = _WRITING
+    def _start_write(self, conn: Conn, data: bytes, close: bool) -> None:
+        conn.state = WRITING
         conn.close_after = conn.close_after or close
         conn.out = memoryview(data)
         conn.deadline = self._deadline(self.clock() + self.limits.write_timeout)
         self._write(conn)
 
-    def _write(self, conn: _Conn) -> None:
+    def _write(self, conn: Conn) -> None:
         while conn.out:
-            try:
-                n = conn.sock.send(conn.out)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
-                self._watch(conn, selectors.EVENT_WRITE)
-                return
-            except ssl.SSLWantReadError:
-                self._watch(conn, selectors.EVENT_READ)
-                return
-            except (OSError, ValueError):
-                self._close(conn)
+            n = send(conn.sock, conn.out)
+            if isinstance(n, str):
+                self._wait(conn, n)
                 return
             conn.out = conn.out[n:]
             conn.deadline = self._deadline(self.clock() + self.limits.write_timeout)
         if conn.close_after:
             self._linger(conn)
             return
-        conn.state = _READING
+        conn.state = READING
         conn.idle = True
         conn.deadline = self._deadline(self.clock() + self.limits.idle_timeout)
         self._waiting[conn.sock.fileno()] = None
@@ -439,30 +402,24 @@ class Listener:
             conn.deadline = self._deadline(self.clock() + self.limits.head_timeout)
             self._parse(conn)
 
-    def _linger(self, conn: _Conn) -> None:
+    def _linger(self, conn: Conn) -> None:
         """Close after the last response, but first drain what the client still sends (a body we refused, the
         rest of an oversized head): closing with unread input makes the kernel reset the connection, and the
-        reset can destroy the response before the client reads it. Bounded by _LINGER_SECONDS."""
+        reset can destroy the response before the client reads it. Bounded by LINGER_SECONDS."""
         try:
             conn.sock.shutdown(socket.SHUT_WR)
         except (OSError, ValueError):
             self._close(conn)
             return
-        conn.state = _LINGER
+        conn.state = LINGER
         conn.buf.clear()
-        conn.deadline = self._deadline(self.clock() + _LINGER_SECONDS)
+        conn.deadline = self._deadline(self.clock() + LINGER_SECONDS)
         self._waiting[conn.sock.fileno()] = None
         self._watch(conn, selectors.EVENT_READ)
 
-    def _drain(self, conn: _Conn) -> None:
-        try:
-            if conn.sock.recv(65536):
-                return
-        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return
-        except (OSError, ValueError):
-            pass
-        self._close(conn)
+    def _drain(self, conn: Conn) -> None:
+        if receive(conn.sock) == GONE:      # read and dropped until the peer is done (or LINGER_SECONDS)
+            self._close(conn)
 
     # ------------------------------------------------------------------ workers
     def _work(self) -> None:
@@ -478,7 +435,7 @@ class Listener:
                 log.exception("HTTP handler failed")
                 reply(Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", close=True))
 
-    def _reply(self, conn: _Conn, request: Request, response: Response) -> None:
+    def _reply(self, conn: Conn, request: Request, response: Response) -> None:
         close = response.close or conn.close_after
         self._done.append((conn, serialize(request, response, close), close))
         self._wake()
