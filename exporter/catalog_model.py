@@ -74,11 +74,6 @@ class Signal:
     def runbook_anchor(self) -> str:
         return self.alert.name.lower() if self.alert else self.id
 
-    @property
-    def runbook_url(self) -> str:
-        return f"{RUNBOOK_BASE}/{self.alert.name}.md" if self.alert else ""
-
-
 
 # Alerts that watch the monitoring itself rather than SGLang's health.
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
 
 from exporter import __version__
-from exporter.catalog import SIGNALS_BY_ID
+from exporter.catalog import RUNBOOK_BASE, SIGNALS_BY_ID
 from exporter.config import ConfigError
 from exporter.engine import SERVING_SIGNALS, verdict
 from exporter.expose import SidecarCollector
@@ -28,8 +28,8 @@ from exporter.listener import Limits, Listener, Request, Response
 log = logging.getLogger(__name__)
 
 
-def signals_document(view) -> dict:
-    """The /api/v1/signals JSON (docs/api.md)."""
+def signals_document(view, runbook_base: str = RUNBOOK_BASE) -> dict:
+    """The /api/v1/signals JSON (docs/api.md); `runbook_url`s under `runbook_base`, as the alert rules link."""
     snap = view.snapshot
     signals = []
     for sid, j in snap.judgements.items():
@@ -41,7 +41,8 @@ def signals_document(view) -> dict:
             "value": j.value, "unit": sig.value_unit, "detail": j.detail,
             "since": h.since if h else None,
             "advice": [a.flag for a in sig.advice],
-            "runbook_url": sig.runbook_url,
+            "runbook_url": f"{runbook_base.rstrip('/')}/{sig.alert.name}.md" if sig.alert else "",
+            "runbook": f"{RUNBOOKS}{sig.alert.name}.md" if sig.alert else None,   # served by this sidecar
             "cause": {"class": j.cause[0], "line": j.cause[1]} if j.firing and j.cause else None,
         })
     name, why = verdict((j.id for j in snap.judgements.values() if j.firing),
@@ -180,6 +181,7 @@ def _bcrypt_cost(hashed: bytes) -> int:
 
 _PROBES = ("/healthz", "/readyz")
 _ROUTES = ("/metrics", "/api/v1/signals", "/")
+RUNBOOKS = "/runbooks/"      # + <AlertName>.md: the runbooks, rendered for this sidecar's own thresholds
 _TEXT = "text/plain; charset=utf-8"
 
 
@@ -191,7 +193,8 @@ def _landing(sidecar) -> str:
             f"SGLang /metrics: <code>{html.escape(cfg.sglang_url or 'not scraped')}</code>.</p>"
             f"<p>Log files:</p><ul>{rows}</ul><ul><li><a href='/metrics'>/metrics</a></li>"
             f"<li><a href='/api/v1/signals'>/api/v1/signals</a> (JSON)</li><li><a href='/healthz'>/healthz</a>"
-            f"</li><li><a href='/readyz'>/readyz</a></li></ul></body></html>")
+            f"</li><li><a href='/readyz'>/readyz</a></li><li><a href='{RUNBOOKS}index.md'>{RUNBOOKS}</a> "
+            f"(the alerts' runbooks)</li></ul></body></html>")
 
 
 class App:
@@ -206,6 +209,18 @@ class App:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ProcessCollector(registry=None))
         self.registry.register(SidecarCollector(sidecar))
+        self._runbooks: dict[str, bytes] | None = None
+
+    def runbook(self, name: str) -> bytes | None:
+        """A runbook page by file name (`SGLangRetractionStorm.md`, `index.md`), rendered once from the catalog
+        and this sidecar's configuration, so its thresholds are the ones in force here."""
+        if self._runbooks is None:
+            from exporter.generate import runbooks  # generation code: loaded on the first runbook asked for
+            pages = runbooks.render(self.sidecar.config)
+            self._runbooks = {path.rsplit("/", 1)[-1]: text.encode() for path, text in pages.items()}
+            self._runbooks.setdefault("index.md", "".join(
+                f"- [{name[:-3]}]({name})\n" for name in sorted(self._runbooks)).encode())
+        return self._runbooks.get(name)
 
     def handle(self, request: Request, reply) -> None:
         if request.path in _PROBES:
@@ -246,15 +261,22 @@ class App:
 
     def _route(self, request: Request) -> Response:
         path = request.path
-        if path not in _ROUTES:
+        runbook = path.startswith(RUNBOOKS)
+        if path not in _ROUTES and not runbook:
             return Response(404, b"not found\n")
         refused = _only_get(request)
         if refused is not None:
             return refused
+        if runbook:
+            page = self.runbook(path[len(RUNBOOKS):])
+            if page is None:
+                return Response(404, b"not found\n")
+            return Response(200, page, "text/markdown; charset=utf-8")
         if path == "/metrics":
             return Response(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
         if path == "/api/v1/signals":
-            body = json.dumps(signals_document(self.sidecar.view()), indent=1, default=str).encode()
+            document = signals_document(self.sidecar.view(), self.sidecar.config.alerts.runbook_base_url)
+            body = json.dumps(document, indent=1, default=str).encode()
             return Response(200, body, "application/json")
         return Response(200, _landing(self.sidecar).encode(), "text/html; charset=utf-8")
 

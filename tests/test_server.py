@@ -89,7 +89,7 @@ def test_endpoints(served):
     assert doc["profile"] == "offline" and doc["model"] == "m"
     by_id = {s["id"]: s for s in doc["signals"]}
     assert set(by_id["gpu_headroom_high"]) == {"id", "title", "severity", "state", "value", "unit", "detail",
-                                               "since", "advice", "runbook_url", "cause"}
+                                               "since", "advice", "runbook_url", "runbook", "cause"}
     assert by_id["gpu_headroom_high"]["state"] == "firing"
     assert by_id["gpu_headroom_high"]["unit"] == "bytes"
     assert by_id["gpu_headroom_high"]["advice"] == ["--mem-fraction-static"]
@@ -103,6 +103,30 @@ def test_endpoints(served):
     status, headers, body = get(served.base + "/")
     assert status == 200 and "text/html" in headers["Content-Type"] and "/api/v1/signals" in body
     assert get(served.base + "/nope")[0] == 404
+
+
+def test_runbooks_are_served_with_the_thresholds_in_force(tmp_path, logfile):
+    """Each alert's runbook is a page of the sidecar itself, rendered for its own configuration: a storm line
+    moved to 25 per minute in the config reads 25 in the page, not the catalog's 10."""
+    config = tmp_path / "exporter.yml"
+    config.write_text("signals:\n  retraction_storm:\n    per_minute: 25\n"
+                      "alerts:\n  runbook_base_url: https://wiki.example.com/sglang/\n")
+    s = Served(["--log-file", logfile, "--config", str(config)])
+    try:
+        wait_until(lambda: get(s.base + "/readyz")[0] == 200, timeout=20, what="serve to be ready")
+        doc = json.loads(get(s.base + "/api/v1/signals")[2])
+        storm = next(x for x in doc["signals"] if x["id"] == "retraction_storm")
+        assert storm["runbook"] == "/runbooks/SGLangRetractionStorm.md"
+        assert storm["runbook_url"] == "https://wiki.example.com/sglang/SGLangRetractionStorm.md"
+        status, headers, body = get(s.base + storm["runbook"])
+        assert status == 200 and headers["Content-Type"] == "text/markdown; charset=utf-8"
+        assert "## Mitigation" in body and "per_minute = 25" in body and "per_minute = 10" not in body
+        status, _, index = get(s.base + "/runbooks/index.md")
+        assert status == 200 and "(SGLangRetractionStorm.md)" in index
+        for missing in ("/runbooks/SGLangNoSuchAlert.md", "/runbooks/../metrics", "/runbooks/"):
+            assert get(s.base + missing)[0] == 404, missing
+    finally:
+        s.stop()
 
 
 def test_sigterm_exits_zero(served):
