@@ -360,6 +360,36 @@ def _scrape_fraction(what: str, applies, hit, none_reason: str):
     return judge
 
 
+def _log_fraction(series, what: str, none_reason: str):
+    """A share of the window's log samples in a LogTuning series (expired by ServerState.expire)."""
+    def judge(state, p, sources, now, window):
+        w = series(state.tuning)
+        total = w.total
+        if total == 0:
+            return None, None, none_reason
+        if total < p["min_samples"]:
+            return None, None, ("{} samples in the window, {} needed", total, p["min_samples"])
+        hits = w.hits
+        share = hits / total
+        return share >= p["fraction"], share, ("{} of {} batch lines " + what, hits, total)
+    return judge
+
+
+def _metrics_then_logs(from_metrics, from_logs):
+    """/metrics' judgement when its samples in the window can judge; else the batch lines' (logs up), else the
+    reason /metrics gave."""
+    def judge(state, p, sources, now, window):
+        said = from_metrics(state, p, sources, now, window) if sources.metrics_up else None
+        if said is not None and said[0] is not None:
+            return said
+        if sources.log_up and state.log_fed:
+            logs = from_logs(state, p, sources, now, window)
+            if logs[0] is not None or said is None:
+                return logs
+        return said if said is not None else (None, None, "no live source")
+    return judge
+
+
 def _prefix_reuse(state, p, sources, now, window):
     policy = state.server_args.get("schedule_policy")
     if isinstance(policy, str) and policy.strip("'\"") not in ("fcfs", ""):
@@ -371,10 +401,13 @@ def _prefix_reuse(state, p, sources, now, window):
     return said
 
 
-_PREFIX = _scrape_fraction("queue with a high prefix cache hit rate",
-                           lambda x: x["queue"] is not None and x["hit"] is not None,
-                           lambda x, p: x["queue"] > 0 and x["hit"] >= p["min_hit_rate"],
-                           "no sample with both a queue and a cache hit rate")
+_PREFIX = _metrics_then_logs(
+    _scrape_fraction("queue with a high prefix cache hit rate",
+                     lambda x: x["queue"] is not None and x["hit"] is not None,
+                     lambda x, p: x["queue"] > 0 and x["hit"] >= p["min_hit_rate"],
+                     "no sample with both a queue and a cache hit rate"),
+    _log_fraction(lambda t: t.prefix, "queue with a high share of cached prompt tokens",
+                  "no prefill batch line in the window"))
 
 
 def _pressured(x, p) -> bool:
@@ -385,17 +418,65 @@ def _pressured(x, p) -> bool:
     return x["usage"] >= p["min_usage"] and x["evictable"] < p["max_evictable"] * x["capacity"]
 
 
-def _spec(state, p, sources, now, window):
-    if not sources.metrics_up:
-        return None, None, "accept length comes from SGLang's /metrics; it is not being scraped"
+def _spec_metrics(state, p, sources, now, window):
     edge = now - window
     vals = [x["spec"] for t, x in state.scrape_samples if t >= edge and x["spec"] is not None]
     if not vals:
         return None, None, "speculative decoding not in use (no accept length reported)"
-    if len(vals) < p["min_samples"]:
-        return None, None, ("{} samples in the window, {} needed", len(vals), p["min_samples"])
-    mean = sum(vals) / len(vals)
-    return mean < p["min_accept_length"], mean, ("mean accept length {:.2f} over {} samples", mean, len(vals))
+    return _spec_mean(p, sum(vals) / len(vals), len(vals), "samples")
+
+
+def _spec_logs(state, p, sources, now, window):
+    mean, n = state.tuning.spec_mean(now - window)
+    if not n:
+        return None, None, "speculative decoding not in use (no decode batch line with an accept length)"
+    return _spec_mean(p, mean, n, "decode batch lines")
+
+
+def _spec_mean(p, mean: float, n: int, what: str) -> tuple:
+    if n < p["min_samples"]:
+        return None, None, ("{} samples in the window, {} needed", n, p["min_samples"])
+    return mean < p["min_accept_length"], mean, ("mean accept length {:.2f} over {} " + what, mean, n)
+
+
+def _long_prompts(state, p, sources, now, window):
+    if not (sources.log_up and state.log_fed):
+        return None, None, "prefill batch lines are read from SGLang's logs; no log source is up"
+    chunk = state.chunk_size
+    if chunk is None:
+        if not state.startup_seen:
+            return None, None, STARTUP_NOT_SEEN + ": chunked_prefill_size is not known"
+        return None, None, "chunked_prefill_size not known yet (capacity line not seen)"
+    if chunk <= 0:
+        return False, 0.0, f"chunked prefill is off (chunked_prefill_size {chunk})"
+    w = state.tuning.chunked
+    total = w.total
+    if total < p["min_samples"]:
+        return None, None, ("{} prefill batch lines in the window, {} needed", total, p["min_samples"])
+    cut = w.hits
+    share = cut / total
+    text = "{} of {} prefill batches at the chunk size ({})"
+    if share < p["fraction"]:
+        return False, share, (text, cut, total, chunk)
+    # latency from /metrics when it is scraped; else the log's own sign: requests queued behind those batches
+    slow = None
+    if sources.metrics_up:
+        ttft = _p99_in_window(state, "time_to_first_token_seconds", now, window)
+        wait = next((q for q in (_p99_in_window(state, n, now, window) for n in ("queue_time_seconds",
+                                                                                  "queue_time_s"))
+                     if q is not None), None)
+        if ttft is not None or wait is not None:
+            slow = ((ttft is not None and ttft > p["ttft_p99_seconds"])
+                    or (wait is not None and wait > p["queue_p99_seconds"]))
+            return slow, share, (text + "; p99 time to first token {}, p99 queue wait {}", cut, total, chunk,
+                                 _secs(ttft), _secs(wait))
+    queued = state.tuning.chunked_queued
+    slow = bool(queued.total) and queued.hits / queued.total >= p["fraction"]
+    return slow, share, (text + "; requests queued behind {} of them", cut, total, chunk, queued.hits)
+
+
+def _secs(x: float | None) -> str:
+    return "not observed" if x is None else f"{x:.2f} s"
 
 
 _JUDGES = {
@@ -405,9 +486,12 @@ _JUDGES = {
                                     lambda x: x["paused"] is not None or (x["usage"] is not None
                                                                           and x["evictable"] is not None),
                                     _pressured, "no sample with KV usage and evictable tokens"),
-    "spec_accept_low": _spec,
-    "pd_backlog": _scrape_fraction("with a PD queue backlog", lambda x: x["pd"] is not None,
-                                   lambda x, p: x["pd"] > p["max_queue"], "no PD disaggregation queue reported"),
+    "spec_accept_low": _metrics_then_logs(_spec_metrics, _spec_logs),
+    "pd_backlog": _metrics_then_logs(
+        _scrape_fraction("with a PD queue backlog", lambda x: x["pd"] is not None,
+                         lambda x, p: x["pd"] > p["max_queue"], "no PD disaggregation queue reported"),
+        _log_fraction(lambda t: t.pd, "with a PD queue backlog", "no batch line with PD disaggregation queues")),
+    "long_prompts_dominate": _long_prompts,
     "queue_below_range": _fraction("queue_below_range", "below the range"),
     "queue_above_range": _fraction("queue_above_range", "above the range"),
     "kv_cache_underused": _fraction("kv_cache_underused", "under-used with a queue"),

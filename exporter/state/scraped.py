@@ -3,7 +3,7 @@ start-up facts and the server-wide samples the tuning signals judge."""
 from __future__ import annotations
 
 from exporter.catalog_native import family_values
-from exporter.state.ranks import MAX_RANKS
+from exporter.state.ranks import MAX_RANKS, rank_label
 from exporter.state.windows import MAX_WINDOW_SAMPLES, Histogram
 
 MAX_COUNTER_SERIES = 256  # series kept per scraped counter, to tell a reset of one from the others (apply_scrape)
@@ -84,10 +84,13 @@ class ScrapeFeed:
         capacity = [v["max_total_num_tokens"] for v in scrape.ranks.values() if v.get("max_total_num_tokens")]
         if capacity and not self.memory_config.get("max_total_num_tokens"):
             self.memory_config["max_total_num_tokens"] = int(min(capacity))
-        # sglang:startup_available_gpu_memory_gb (0.5.11+) is the log's available_gpu_mem, per rank, in GiB
-        headroom = [v["headroom_gb"] for v in scrape.ranks.values() if v.get("headroom_gb") is not None]
-        if headroom and (not self.log_fed or self.headroom_bytes is None):
-            self.headroom_bytes = min(headroom) * 2**30
+        # sglang:startup_available_gpu_memory_gb (0.5.11+) is the capacity line's available_gpu_mem, per rank,
+        # in GiB: each rank is read as its capacity line would be, so the worst GPU is judged and named alike
+        if not self.log_fed or not self.memory_by_rank:
+            for key, vals in scrape.ranks.items():
+                gb = vals.get("headroom_gb")
+                if gb is not None:
+                    self._memory_reading(rank_label(dict(zip(("dp", "tp", "pp"), key))), "memory_config", gb * 2**30)
 
     def _scrape_retractions(self, scrape, now: float) -> None:
         """Retractions from whichever metric the release has: the counter (0.5.7+; total_retracted_reqs, a

@@ -20,6 +20,7 @@ from exporter.ingest.events import Event
 from exporter.state.ranks import MAX_RANKS, OTHER_RANK, RankValues, fields_shape, per_scheduler, rank_label
 from exporter.state.scraped import ScrapeFeed
 from exporter.state.startup import _MEMORY_READINGS, MAX_RESTART_EVIDENCE, StartupFacts
+from exporter.state.tuning import LogTuning
 from exporter.state.windows import Histogram, HitWindow, TimeWindow
 
 _STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
@@ -76,6 +77,8 @@ class ServerState(StartupFacts, ScrapeFeed):
         self._cap_max_usage = param("concurrency_capped", "max_usage")
         self._graph_default_bs = param("cuda_graph_off_small_batch", "default_max_bs")
         self._tally = self.samples.tally     # classify counts in it (one list for the window's life)
+        self.tuning = LogTuning(params)      # what leaders' batch lines say for the tuning signals
+        self._tuning_shapes: dict = {}       # learned layout -> whether its lines feed self.tuning
         self._limits()
         self.retractions = TimeWindow(max(window["retractions_frequent"], window["retraction_storm"]))
         self.ooms = {"prefill": TimeWindow(window["oom_prefill"]), "decode": TimeWindow(window["oom_decode"])}
@@ -217,6 +220,8 @@ class ServerState(StartupFacts, ScrapeFeed):
             slot = self._batch_slot(rank)
         rv = slot[1]
         self.last_batch_t = self.last_progress_t = now
+        if slot[2] and self._tuning_shapes.get(shape) is not False:
+            self._tuning_row(shape, kind, row, now)
         if not slot[2] or kind != "decode_batch":
             # not a sample: nothing needs its numbers before someone reads the rank (`ranks`), and by then
             # only the latest line of each shape counts; most lines of a log end here, unread
@@ -239,6 +244,24 @@ class ServerState(StartupFacts, ScrapeFeed):
                 rv.unread = None
         rv.take(queue, running, usage, throughput, graph)
         self.classify(now, queue, running, usage, graph)
+
+    def _tuning_row(self, shape, kind: str, row: tuple, now: float) -> None:
+        """A leader's batch line for self.tuning. A learned layout's numbers beyond the five of `values` are
+        read from its Event, built only for layouts whose lines print what the tuning tallies read (all prefill
+        lines, decode lines with speculative or PD fields); whether a layout does is kept per layout."""
+        f = row[1]
+        if f.__class__ is not dict:
+            f = shape.event(f, row[2], row[3], row[4], row[5]).fields
+            if shape not in self._tuning_shapes:
+                if len(self._tuning_shapes) >= 4096:
+                    self._tuning_shapes.clear()
+                reads = self._tuning_shapes[shape] = self.tuning.reads(kind, f)
+                if not reads:
+                    return
+        if kind == "prefill_batch":
+            self.tuning.prefill(now, f, self.chunk_size)
+        else:
+            self.tuning.decode(now, f)
 
     def _batch_slot(self, rank: dict) -> tuple:
         """(rank, its RankValues, whether its batch lines are samples), kept per rank dict until the leaders or
@@ -290,6 +313,11 @@ class ServerState(StartupFacts, ScrapeFeed):
         # the release's name for it (cuda_graph_max_bs_decode from 0.5.14 on), else the profile's default
         max_bs = flags.value(self.server_args, "cuda_graph_max_bs") or self._graph_default_bs
         self._graph_max_bs = max_bs if isinstance(max_bs, (int, float)) else None    # None: any batch is small
+        # the capacity line prints the chunk size in force (server_args may say None: SGLang's pick); -1: off
+        chunk = self.memory_config.get("chunked_prefill_size")
+        if chunk is None:
+            chunk = flags.value(self.server_args, "chunked_prefill_size")
+        self.chunk_size = chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else None
 
     def classify(self, now: float, queue, running, usage, cuda_graph) -> None:
         """Count one batch sample in every series it is judged in. The tally's layout follows the series
@@ -358,6 +386,7 @@ class ServerState(StartupFacts, ScrapeFeed):
     # ------------------------------------------------------------------ time
     def expire(self, now: float) -> None:
         self.samples.expire(now)
+        self.tuning.expire(now)
         edge = now - self.scrape_window
         while self.scrape_samples and self.scrape_samples[0][0] < edge:
             self.scrape_samples.popleft()

@@ -89,6 +89,7 @@ class StartupFacts:
         self._leader_tp.clear()       # a restart may change the layout (dp=4 -> dp=2 moves DP1's leader to TP4)
         self.last_batch_t = None
         self.samples.clear()
+        self.tuning.clear()
         self.graph_off_peak = 0
 
     def _memory_reading(self, label: str, kind: str, avail) -> None:
