@@ -2,6 +2,8 @@
 release's exposition the judgements it allows, unknown (with the reason) for the rest, never ok on nothing."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from exporter import releases
@@ -489,3 +491,62 @@ def test_logs_only_signals_with_no_log_line_stay_metrics_only(tmp_path):
     for sid in METRICS_ONLY:
         assert judged[sid].firing is None and judged[sid].unsupported, judged[sid]
     assert set(METRICS_ONLY) == {"latency_high", "queue_wait_high", "kv_pressure"}
+
+
+# --------------------------------------------- every release's /metrics as SGLang's own collector code renders it
+# tests/conformance/run.py --expositions ran each release's scheduler collector (a two-GPU TP server) with
+# chosen values: queue 140, running 34, token usage 0.46, prefix hit rate 0.25, 3 retracted requests (4 on the
+# older gauge), a CUDA graph, accept length 2.5, 8000 evictable tokens, short PD queues, and (0.5.11+) 6.25 GiB
+# left on TP0, 5.75 GiB on TP1.
+COLLECTOR_EXPOSITIONS = Path(__file__).resolve().parent / "conformance" / "expositions"
+
+
+def test_every_release_with_a_collector_has_its_collectors_exposition():
+    have = {p.stem for p in COLLECTOR_EXPOSITIONS.glob("*.prom")}
+    assert have == {r for r in ALL if releases.metric_families(r)}
+    assert min(have, key=releases.version_key).startswith("0.3.") and releases.newest() in have
+
+
+@pytest.mark.parametrize("release", [r for r in ALL if (COLLECTOR_EXPOSITIONS / f"{r}.prom").exists()])
+def test_the_collectors_exposition_alone_gives_the_states_its_release_allows(release):
+    text = (COLLECTOR_EXPOSITIONS / f"{release}.prom").read_text()
+    eng, judged = _judge([text] * 4)
+    present = eng.state.native_present
+    for sid, j in judged.items():
+        groups = SIGNAL_METRICS[sid]
+        fed = groups is not None and all(set(g) & present for g in groups)
+        # never ok (nor firing) on nothing: a judged signal has every input group in the scrape
+        assert j.firing is None or fed, f"{release}: {sid} says {j.firing} with no input: {j.detail}"
+        if not fed:
+            assert j.firing is None and j.unsupported and j.detail.startswith(
+                ("not exported by this release", "read from SGLang's logs only", "not in SGLang's /metrics")), j
+    # the states the chosen values call for, wherever the release exports the inputs
+    assert judged["kv_cache_underused"].firing is True          # usage 0.46 with 140 queued
+    assert judged["queue_above_range"].firing is False and judged["queue_below_range"].firing is False
+    assert judged["kv_pressure"].firing in ((False,) if "paused" in present or "kv_evictable_tokens" in present
+                                            else (None,))
+    for sid in ("retractions_frequent", "retraction_storm"):
+        assert judged[sid].firing is (False if {"retracted_requests", "retracted_gauge"} & present else None)
+    for sid in ("prefix_reuse_missed", "pd_backlog", "cuda_graph_off_small_batch"):
+        assert judged[sid].firing is (False if SIGNAL_METRICS[sid] and all(
+            set(g) & present for g in SIGNAL_METRICS[sid]) else None), (sid, judged[sid])
+    since_headroom = releases.version_key(release) >= releases.version_key("0.5.11")
+    assert (judged["gpu_headroom_low"].firing, judged["gpu_headroom_high"].firing) == (
+        (False, False) if since_headroom else (None, None))
+    if since_headroom:       # judged per GPU, as the log's capacity lines are: the least left, named
+        assert eng.state.headroom_rank == "TP1" and eng.state.headroom_bytes == pytest.approx(5.75 * GIB)
+        assert {g["rank"] for g in eng.state.facts()["gpu_headroom"]} == {"TP0", "TP1"}
+        assert "on TP1 (the least of 2 GPUs)" in judged["gpu_headroom_low"].detail
+
+
+@pytest.mark.parametrize("gb,low,high", [((7.0, 3.0), True, False), ((9.0, 12.0), False, True)])
+def test_metrics_only_headroom_is_judged_per_rank(gb, low, high):
+    text = expositions.render("0.5.23", dict(expositions.HEALTHY, startup_available_gpu_memory_gb=gb[0]))
+    other = expositions.render("0.5.23", {"startup_available_gpu_memory_gb": gb[1]})
+    other = "\n".join(ln.replace('tp_rank="0"', 'tp_rank="1"') for ln in other.splitlines() if not ln.startswith("#"))
+    eng, judged = _judge([text + other + "\n"] * 2)
+    worst = min(gb)
+    assert eng.state.headroom_bytes == pytest.approx(worst * GIB)
+    assert eng.state.headroom_rank == ("TP1" if gb[1] < gb[0] else "TP0")
+    assert (judged["gpu_headroom_low"].firing, judged["gpu_headroom_high"].firing) == (low, high)
+    assert f"{worst:.2f} GiB left after start-up on {eng.state.headroom_rank}" in judged["gpu_headroom_low"].detail

@@ -87,10 +87,12 @@ class ScrapeFeed:
         # sglang:startup_available_gpu_memory_gb (0.5.11+) is the capacity line's available_gpu_mem, per rank,
         # in GiB: each rank is read as its capacity line would be, so the worst GPU is judged and named alike
         if not self.log_fed or not self.memory_by_rank:
-            for key, vals in scrape.ranks.items():
-                gb = vals.get("headroom_gb")
-                if gb is not None:
-                    self._memory_reading(rank_label(dict(zip(("dp", "tp", "pp"), key))), "memory_config", gb * 2**30)
+            ranks = [key for key, vals in scrape.ranks.items() if vals.get("headroom_gb") is not None]
+            # spelt as the log's prefix would: a rank tag only where the server has more than one of that rank
+            tags = [i for i in range(3) if any(k[i] for k in ranks)]
+            for key in ranks:
+                label = rank_label({("dp", "tp", "pp")[i]: key[i] for i in tags})
+                self._memory_reading(label, "memory_config", scrape.ranks[key]["headroom_gb"] * 2**30)
 
     def _scrape_retractions(self, scrape, now: float) -> None:
         """Retractions from whichever metric the release has: the counter (0.5.7+; total_retracted_reqs, a
@@ -99,15 +101,20 @@ class ScrapeFeed:
         non-zero value that differs from the last scrape's is a new retraction event of that many requests
         (two reports between scrapes count as one; equal non-zero values in a row as one)."""
         grew = self._increase("retracted_requests", scrape)
+        weight = grew
         if "retracted_requests" not in scrape.counters:
-            values = [v["retracted_gauge"] for v in scrape.ranks.values() if v.get("retracted_gauge") is not None]
+            # per scheduler, as the log's retraction lines are counted: the TP ranks of a DP rank retract the
+            # same requests, and with --enable-metrics-for-all-schedulers each of them reports them
+            values = [v["retracted_gauge"] for v in leaders(scrape.ranks).values()
+                      if v.get("retracted_gauge") is not None]
             if not values:
                 return
             now_value = sum(values)
             last, self._last_retracted_gauge = self._last_retracted_gauge, now_value
             grew = now_value if now_value > 0 and now_value != last else None
+            weight = 1       # one report with retractions: at least one event, as a log line is one
         if grew:
-            self.retractions.push(now, grew)
+            self.retractions.push(now, weight)
             self.retractions_total += 1
             self.retracted_requests_total += round(grew)
 
@@ -169,13 +176,10 @@ def scrape_sample(ranks: dict) -> dict:
     """One server-wide sample of a scrape's per-rank gauges: sums over schedulers (the lowest TP rank of each
     DP rank: TP ranks of one DP rank repeat its numbers), the fullest pool, the best hit rate, the mean accept
     length of the ranks that speculate; None where no rank reported the value."""
-    leaders: dict = {}
-    for key in sorted(ranks, key=lambda k: tuple(-1 if v is None else v if isinstance(v, int) else 1 << 30
-                                                 for v in k)):
-        leaders.setdefault(key[0], ranks[key])
+    leading = leaders(ranks)
 
     def total(name):
-        vals = [v[name] for v in leaders.values() if v.get(name) is not None]
+        vals = [v[name] for v in leading.values() if v.get(name) is not None]
         return sum(vals) if vals else None
 
     usages = [u for u in (pool_usage(v) for v in ranks.values()) if u is not None]
@@ -187,6 +191,15 @@ def scrape_sample(ranks: dict) -> dict:
             "evictable": total("kv_evictable_tokens"), "capacity": total("max_total_num_tokens"),
             "paused": total("paused"), "spec": sum(spec) / len(spec) if spec else None,
             "pd": sum(pd) if pd else None}
+
+
+def leaders(ranks: dict) -> dict:
+    """DP rank -> the scraped values of its lowest TP rank (the scheduler group's; TP ranks repeat them)."""
+    out: dict = {}
+    for key in sorted(ranks, key=lambda k: tuple(-1 if v is None else v if isinstance(v, int) else 1 << 30
+                                                 for v in k)):
+        out.setdefault(key[0], ranks[key])
+    return out
 
 
 def _present_of(scrape) -> set:

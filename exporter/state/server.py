@@ -20,7 +20,7 @@ from exporter.ingest.events import Event
 from exporter.state.ranks import MAX_RANKS, OTHER_RANK, RankValues, fields_shape, per_scheduler, rank_label
 from exporter.state.scraped import ScrapeFeed
 from exporter.state.startup import _MEMORY_READINGS, MAX_RESTART_EVIDENCE, StartupFacts
-from exporter.state.tuning import LogTuning
+from exporter.state.tuning import LogTuning, line_reader, numbers
 from exporter.state.windows import Histogram, HitWindow, TimeWindow
 
 _STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
@@ -246,22 +246,33 @@ class ServerState(StartupFacts, ScrapeFeed):
         self.classify(now, queue, running, usage, graph)
 
     def _tuning_row(self, shape, kind: str, row: tuple, now: float) -> None:
-        """A leader's batch line for self.tuning. A learned layout's numbers beyond the five of `values` are
-        read from its Event, built only for layouts whose lines print what the tuning tallies read (all prefill
-        lines, decode lines with speculative or PD fields); whether a layout does is kept per layout."""
-        f = row[1]
-        if f.__class__ is not dict:
-            f = shape.event(f, row[2], row[3], row[4], row[5]).fields
-            if shape not in self._tuning_shapes:
-                if len(self._tuning_shapes) >= 4096:
-                    self._tuning_shapes.clear()
-                reads = self._tuning_shapes[shape] = self.tuning.reads(kind, f)
-                if not reads:
-                    return
-        if kind == "prefill_batch":
-            self.tuning.prefill(now, f, self.chunk_size)
+        """A leader's batch line for self.tuning. Per learned layout, the first line's Event says whether its
+        lines print what the tallies read (all prefill lines; decode lines with speculative or PD fields) and
+        where (tuning.line_reader); later lines are read by slicing those numbers out (from their Event, when
+        they could not be located)."""
+        text = row[1]
+        if text.__class__ is dict:
+            values = numbers(kind, text)
+            if not self.tuning.reads(kind, values):
+                return
         else:
-            self.tuning.decode(now, f)
+            read = self._tuning_shapes.get(shape)
+            if read is None or read is True:
+                values = numbers(kind, shape.event(text, row[2], row[3], row[4], row[5]).fields)
+                if read is None:
+                    if len(self._tuning_shapes) >= 4096:
+                        self._tuning_shapes.clear()
+                    reads = self.tuning.reads(kind, values)
+                    self._tuning_shapes[shape] = (line_reader(kind, text, shape.event(
+                        text, row[2], row[3], row[4], row[5]).fields) or True) if reads else False
+                    if not reads:
+                        return
+            else:
+                values = read(text)
+        if kind == "prefill_batch":
+            self.tuning.prefill(now, *values, self.chunk_size)
+        else:
+            self.tuning.decode(now, *values)
 
     def _batch_slot(self, rank: dict) -> tuple:
         """(rank, its RankValues, whether its batch lines are samples), kept per rank dict until the leaders or
@@ -313,10 +324,11 @@ class ServerState(StartupFacts, ScrapeFeed):
         # the release's name for it (cuda_graph_max_bs_decode from 0.5.14 on), else the profile's default
         max_bs = flags.value(self.server_args, "cuda_graph_max_bs") or self._graph_default_bs
         self._graph_max_bs = max_bs if isinstance(max_bs, (int, float)) else None    # None: any batch is small
-        # the capacity line prints the chunk size in force (server_args may say None: SGLang's pick); -1: off
+        # the capacity line prints the chunk size in force (server_args may say None: SGLang's pick); -1: off.
+        # (One spelling in every release: no flags.value, whose release inference costs milliseconds.)
         chunk = self.memory_config.get("chunked_prefill_size")
         if chunk is None:
-            chunk = flags.value(self.server_args, "chunked_prefill_size")
+            chunk = self.server_args.get("chunked_prefill_size")
         self.chunk_size = chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else None
 
     def classify(self, now: float, queue, running, usage, cuda_graph) -> None:
