@@ -141,6 +141,8 @@ def _retractions(strict: bool):
     def judge(state, p, sources, now, window):
         if not (sources.log_up or (sources.metrics_up and not state.log_fed)):
             return None, None, "no live source of retraction events"
+        if state.log_fed and not state.events_total:
+            return None, None, "no SGLang log record read yet"
         if not state.clock_known:
             return None, None, "no timestamps: a rate needs the time between events"
         span = observed_window(state, now, window, p.get("min_span_seconds", window))
@@ -182,6 +184,8 @@ def _oom(phase: str):
     def judge(state, p, sources, now, window):
         if not sources.log_up:
             return None, None, "OOMs are read from logs; no log source is up"
+        if not state.events_total:
+            return None, None, "no SGLang log record read yet"
         n = state.ooms[phase].count_since(now - window)
         return n >= p["min_events"], float(n), ("{} {} OOM events in {:.0f} min", n, phase, window / 60)
     return judge

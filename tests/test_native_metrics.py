@@ -550,3 +550,20 @@ def test_metrics_only_headroom_is_judged_per_rank(gb, low, high):
     assert eng.state.headroom_rank == ("TP1" if gb[1] < gb[0] else "TP0")
     assert (judged["gpu_headroom_low"].firing, judged["gpu_headroom_high"].firing) == (low, high)
     assert f"{worst:.2f} GiB left after start-up on {eng.state.headroom_rank}" in judged["gpu_headroom_low"].detail
+
+
+@pytest.mark.parametrize("profile", ["offline", "online"])
+def test_nothing_read_yet_is_never_ok(profile):
+    """A log source up with no line read, and /metrics up with a scrape that carries no SGLang family: every
+    signal is unknown (with a reason), none says ok."""
+    eng = Engine(Config(profile=profile), log_fed=True)
+    eng.set_sources(log_up=True)
+    judged = eng.evaluate(1000.0).judgements
+    assert judged and all(j.firing is None and j.detail for j in judged.values()), \
+        {s: j.detail for s, j in judged.items() if j.firing is not None}
+    eng = Engine(Config(profile=profile), log_fed=False)
+    eng.set_sources(metrics_up=True)
+    eng.ingest_scrape(parse_exposition("# nothing of SGLang's\nup 1\n"), 1000.0)
+    judged = eng.evaluate(1000.0).judgements
+    assert all(j.firing is None and j.detail for j in judged.values()), \
+        {s: j.detail for s, j in judged.items() if j.firing is not None}
