@@ -161,16 +161,14 @@ TUNING_SIGNALS: tuple[Signal, ...] = (
         profiles={"offline": None, "long-context": {"ttft_p99_seconds": 10.0, "queue_p99_seconds": 10.0}},
         advice=(Advice("--chunked-prefill-size", "increase", None,
                        "Larger chunks prefill a long prompt in fewer steps, so it and the requests behind it "
-                       "start sooner (each step needs more activation memory)."),
-                Advice("--enable-piecewise-cuda-graph", "check", True,
-                       "Piecewise CUDA graph speeds prefill up on releases where it is not on by default "
-                       "(0.5.3-0.5.9).")),
+                       "start sooner (each step needs more activation memory)."),),
         alert=AlertSpec("SGLangLongPromptsDominate", "15m",
                         "Long prompts chunked at --chunked-prefill-size dominate SGLang's latency.",
                         "{{ $labels.instance }}: {{ $value | humanizePercentage }} of prefill batches are cut at "
                         "the chunk size while requests wait. Advice: increase --chunked-prefill-size.",
                         page=False),
-        guide="High latency when long prompts dominate: increase `--chunked-prefill-size` (and enable "
-              "piecewise CUDA graph).",
+        # (the guide's other step, piecewise CUDA graph, is on by default from 0.5.10 and its flag is gone from
+        # the newest releases: not advised)
+        guide="High latency when long prompts dominate: increase `--chunked-prefill-size`.",
     ),
 )
