@@ -22,6 +22,7 @@ class RankValues:
         """Take in the batch lines apply_row left unread: the latest of each shape, in the order they came (a
         newer line of a shape sets everything an older one of that shape set), so the values end up as if
         every line had been read."""
+        assert self.unread is not None    # callers read a rank only when it holds unread lines
         for shape, line in self.unread.items():
             self.take(*shape.values(line))
         self.unread = None

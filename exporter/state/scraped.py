@@ -2,15 +2,42 @@
 start-up facts and the server-wide samples the tuning signals judge."""
 from __future__ import annotations
 
+from collections import deque
+from typing import TYPE_CHECKING
+
 from exporter.catalog_native import family_values
-from exporter.state.ranks import MAX_RANKS, rank_label
-from exporter.state.windows import MAX_WINDOW_SAMPLES, Histogram
+from exporter.state.parts import StatePart
+from exporter.state.ranks import MAX_RANKS, RankValues, rank_label
+from exporter.state.windows import MAX_WINDOW_SAMPLES, Histogram, TimeWindow
 
 MAX_COUNTER_SERIES = 256  # series kept per scraped counter, to tell a reset of one from the others (apply_scrape)
 
 
-class ScrapeFeed:
+class ScrapeFeed(StatePart):
     """ServerState's /metrics part: folds scrapes in, and forgets what they alone told once they go stale."""
+
+    # what it keeps of the scrapes (ServerState.__init__ sets them)
+    metrics_seen: bool
+    native_present: frozenset
+    native_seen: frozenset
+    native: dict[tuple, dict]
+    scrape_samples: deque
+    histograms: dict[str, Histogram]
+    _last_counter: dict[str, dict]
+    _last_retracted_gauge: float | None
+    # what it feeds of the rest of ServerState (the log's part, when log_fed is False)
+    log_fed: bool
+    model: str
+    last_progress_t: float | None
+    latency_window: float
+    retractions: TimeWindow
+    retractions_total: int
+    retracted_requests_total: int
+
+    if TYPE_CHECKING:
+        def _new_rank(self, key: tuple) -> RankValues: ...
+
+        def classify(self, now: float, queue, running, usage, cuda_graph) -> None: ...
 
     def apply_scrape(self, scrape, now: float) -> None:
         """Fold one successful scrape of SGLang's /metrics (exporter.scrape.ScrapeResult) into state. Its numbers
@@ -114,6 +141,7 @@ class ScrapeFeed:
             grew = now_value if now_value > 0 and now_value != last else None
             weight = 1       # one report with retractions: at least one event, as a log line is one
         if grew:
+            assert weight is not None     # the counter's growth (grew), or 1 for a gauge report
             self.retractions.push(now, weight)
             self.retractions_total += 1
             self.retracted_requests_total += round(grew)

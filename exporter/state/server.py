@@ -69,7 +69,7 @@ class ServerState(StartupFacts, ScrapeFeed):
         # classify() runs for every batch sample: the thresholds (fixed for the process) are read here once;
         # None = the signal is inactive in this profile
         def param(sid, key):
-            return params[sid][key] if params.get(sid) else None
+            return p[key] if (p := params.get(sid)) else None
         self._min_queue = param("queue_below_range", "min_queue")
         self._max_queue = param("queue_above_range", "max_queue")
         self._min_usage = param("kv_cache_underused", "min_usage")
@@ -192,11 +192,11 @@ class ServerState(StartupFacts, ScrapeFeed):
             self._crashed = True
             self.failures.failure(kind, f, now, ev.line)
         elif kind in STAGE_KINDS:
-            phase = f.get("phase")
+            stage_phase = f.get("phase")
             self._startup_line(kind, ev, now)
-            if kind == "load_weight" and phase == "begin" and f.get("avail_mem_bytes"):
+            if kind == "load_weight" and stage_phase == "begin" and f.get("avail_mem_bytes"):
                 self.total_gpu_bytes = max(self.total_gpu_bytes or 0, f["avail_mem_bytes"])
-            elif kind in _MEMORY_READINGS and phase != "begin":
+            elif kind in _MEMORY_READINGS and stage_phase != "begin":
                 self._memory_reading(rank_label(ev.rank), kind, f.get("avail_mem_bytes"))
             self.failures.stage_event(kind, f)
 
@@ -270,7 +270,8 @@ class ServerState(StartupFacts, ScrapeFeed):
             else:
                 values = read(text)
         if kind == "prefill_batch":
-            self.tuning.prefill(now, *values, self.chunk_size)
+            new, cached, queue, pd = values     # numbers() of a prefill line
+            self.tuning.prefill(now, new, cached, queue, pd, self.chunk_size)
         else:
             self.tuning.decode(now, *values)
 

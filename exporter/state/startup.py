@@ -2,9 +2,15 @@
 each GPU's free memory after start-up, and the rank layout."""
 from __future__ import annotations
 
+from collections import deque
+
 from exporter import flags
+from exporter.failures import FailureTracker
 from exporter.ingest.events import Event
+from exporter.state.parts import StatePart
 from exporter.state.ranks import MAX_RANKS, parse_rank_label, rank_label
+from exporter.state.tuning import LogTuning
+from exporter.state.windows import HitWindow
 
 MAX_RESTART_EVIDENCE = 32  # restarts kept with their evidence (the newest; the count goes on)
 CLOCK_STEP_BACK = 300      # seconds a source's start-up line may lie before its latest line (ranks interleave)
@@ -16,8 +22,27 @@ _MAIN_LINES = ("server_args", "server_ready")    # printed by the launching proc
 _START_TEXT = {"load_weight": "load weight begin", "memory_config": "capacity line"}
 
 
-class StartupFacts:
+class StartupFacts(StatePart):
     """ServerState's start-up part: the epoch's start-up lines, restarts and per-GPU headroom."""
+
+    # its facts (ServerState.__init__ sets them)
+    epoch: int
+    epoch_started: float | None
+    restarts: int
+    restart_evidence: deque
+    headroom_bytes: float | None
+    headroom_rank: str | None
+    _startup_ranks: dict[str, set]
+    _batch_ranks: set
+    _ready: bool
+    _crashed: bool
+    _source_t: dict[str, float]
+    # what a new epoch resets of the rest of ServerState
+    last_batch_t: float | None
+    failures: FailureTracker
+    samples: HitWindow
+    tuning: LogTuning
+    graph_off_peak: int
 
     @property
     def startup_seen(self) -> bool:

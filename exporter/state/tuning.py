@@ -37,7 +37,7 @@ def line_reader(kind: str, text: str, fields: dict):
         if value is None:
             continue
         key = _PRINTED[name]
-        at = lead = -1
+        at, lead = -1, ""
         for lead in (", ", ". "):    # not inside another key ("block accept len")
             at = text.find(f"{lead}{key}: ")
             if at >= 0:
