@@ -146,11 +146,12 @@ SIGNAL_METRICS: dict[str, tuple | None] = {
     "spec_accept_low": (("spec_accept_length",),),
     "pd_backlog": (("prefill_bootstrap_queue", "prefill_prealloc_queue", "prefill_inflight_queue",
                     "decode_prealloc_queue", "decode_transfer_queue"),),
+    "long_prompts_dominate": None,   # a batch's #new-token and chunked_prefill_size are in the log only
 }
 PD_QUEUES: tuple = SIGNAL_METRICS["pd_backlog"][0]  # type: ignore[index]  # (written just above)
-# Signals no log line can feed: with logs as the only source they are unknown and unsupported.
-METRICS_ONLY = frozenset(("latency_high", "queue_wait_high", "prefix_reuse_missed", "kv_pressure",
-                          "spec_accept_low", "pd_backlog"))
+# Signals no log line can feed: with logs as the only source they are unknown and unsupported. (Latency and
+# queue wait are request timings; evictable tokens and paused requests are not in any batch line.)
+METRICS_ONLY = frozenset(("latency_high", "queue_wait_high", "kv_pressure"))
 
 
 def native_metric_names(value: str) -> tuple[str, ...]:

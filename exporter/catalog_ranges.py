@@ -57,8 +57,8 @@ FIELD_RANGES: dict[str, tuple[float, float]] = {
         # retractions, the capacity line, OOM records
         "retracted_reqs", "aborted_retracted_reqs", "new_tokens_gained", "mamba_num_gained",
         "max_total_num_tokens", "max_prefill_tokens", "max_running_requests", "context_len",
-        "chunked_prefill_size", "requested_tokens",
-        "available_tokens"), _COUNT),
+        "requested_tokens", "available_tokens"), _COUNT),
+    "chunked_prefill_size": (-1, COUNT_MAX),    # -1: chunked prefill off (the capacity line prints it so)
     **dict.fromkeys((
         "token_usage", "full_token_usage", "swa_token_usage", "mamba_usage", "gpu_token_usage", "cpu_token_usage",
         "pre_allocated_usage", "cache_hit_rate", "fwd_occupancy", "fwd_idle_occupancy"),

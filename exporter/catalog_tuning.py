@@ -1,7 +1,8 @@
-"""The tuning signals read from the newer families of SGLang's /metrics (catalog_native): queue wait, prefix
-reuse, KV memory pressure, speculative decoding acceptance and PD-disaggregation backlogs. Catalog entries like
-any other (catalog.SIGNALS holds them); they live here to keep each module short. What each reads per source,
-and from which release, is catalog_native.SIGNAL_METRICS and docs/signal-sources.md.
+"""The tuning signals beyond the guide's batch-line rules: queue wait, prefix reuse, KV memory pressure,
+speculative decoding acceptance, PD-disaggregation backlogs (the newer families of SGLang's /metrics, and where
+batch lines print the same, the log) and long prompts cut at the chunk size (the log's prefill lines). Catalog
+entries like any other (catalog.SIGNALS holds them); they live here to keep each module short. What each reads
+per source, and from which release, is catalog_native.SIGNAL_METRICS and docs/signal-sources.md.
 """
 from __future__ import annotations
 
@@ -43,9 +44,12 @@ TUNING_SIGNALS: tuple[Signal, ...] = (
                 "they share prefixes: longest-prefix-match order would reuse the cache more.",
         impact="Shared prefixes are recomputed or evicted before the requests that share them run.",
         severity="info",
-        inputs=("server_args.schedule_policy", "sglang:cache_hit_rate", "sglang:num_queue_reqs"),
+        inputs=("server_args.schedule_policy", "prefill_batch.cached_token", "prefill_batch.new_token",
+                "prefill_batch.queue_req", "sglang:cache_hit_rate", "sglang:num_queue_reqs"),
         formula="schedule policy fcfs (or not known) and, over the window, queue > 0 and cache hit rate >= "
-                "`min_hit_rate` in >= `fraction` of the samples (at least `min_samples`)",
+                "`min_hit_rate` in >= `fraction` of the samples (at least `min_samples`); a sample is a scrape "
+                "(hit rate: cached over prompt tokens since the last one, else the cache_hit_rate gauge) or, "
+                "without /metrics samples, a prefill batch line (#cached-token over #new-token + #cached-token)",
         value_unit="ratio",
         window_seconds=600,
         defaults={"min_hit_rate": 0.3, "fraction": 0.5, "min_samples": 3},
@@ -88,9 +92,10 @@ TUNING_SIGNALS: tuple[Signal, ...] = (
                 "for this traffic.",
         impact="Drafting costs GPU time that acceptance does not repay; decoding may be slower than without it.",
         severity="info",
-        inputs=("sglang:spec_accept_length", "sglang:spec_accept_rate"),
+        inputs=("decode_batch.spec_accept_length", "sglang:spec_accept_length", "sglang:spec_accept_rate"),
         formula="mean accept length over the window's samples (speculative decoding on: accept length > 0) < "
-                "`min_accept_length` (at least `min_samples`)",
+                "`min_accept_length` (at least `min_samples`); samples are scrapes or, without them, decode "
+                "batch lines (`accept len`)",
         value_unit="count",
         window_seconds=600,
         defaults={"min_accept_length": 1.5, "min_samples": 3},
@@ -111,10 +116,14 @@ TUNING_SIGNALS: tuple[Signal, ...] = (
                 "transfer between the prefill and decode servers.",
         impact="Requests are prefilled but wait to decode: time to first token and throughput suffer.",
         severity="warning",
-        inputs=("sglang:num_decode_prealloc_queue_reqs", "sglang:num_decode_transfer_queue_reqs",
-                "sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_prefill_inflight_queue_reqs"),
+        inputs=("prefill_batch.bootstrap_req", "prefill_batch.inflight_req", "decode_batch.prealloc_req",
+                "decode_batch.transfer_req", "sglang:num_decode_prealloc_queue_reqs",
+                "sglang:num_decode_transfer_queue_reqs", "sglang:num_prefill_bootstrap_queue_reqs",
+                "sglang:num_prefill_inflight_queue_reqs"),
         formula="share of samples with PD queue requests (prefill bootstrap + inflight + pre-allocation, decode "
-                "pre-allocation + transfer) > `max_queue` >= `fraction` (at least `min_samples`)",
+                "pre-allocation + transfer) > `max_queue` >= `fraction` (at least `min_samples`); samples are "
+                "scrapes (the server's sum) or, without them, one scheduler's batch lines (every release's "
+                "spelling of those queues)",
         value_unit="ratio",
         window_seconds=300,
         defaults={"max_queue": 64, "fraction": 0.5, "min_samples": 3},
@@ -129,5 +138,37 @@ TUNING_SIGNALS: tuple[Signal, ...] = (
                         "backlog. Advice: check decode memory and the KV transfer path.", page=False),
         guide="(PD disaggregation) prefill and decode must keep pace: a growing transfer or pre-allocation "
               "queue means one side or the transfer path is the bottleneck.",
+    ),
+    Signal(
+        id="long_prompts_dominate",
+        title="Long prompts dominate latency",
+        meaning="Most prefill batches are cut at --chunked-prefill-size while requests wait: long prompts are "
+                "prefilled a chunk per step, and the requests behind them wait for every chunk.",
+        impact="Time to first token grows with prompt length, for the long prompts and for everything queued "
+               "behind them.",
+        severity="warning",
+        inputs=("prefill_batch.new_token", "prefill_batch.queue_req", "memory_config.chunked_prefill_size",
+                "server_args.chunked_prefill_size", "sglang:time_to_first_token_seconds",
+                "sglang:queue_time_seconds"),
+        formula="share of prefill batches with #new-token >= `chunk_fraction` x chunked_prefill_size >= "
+                "`fraction` (at least `min_samples`), while latency is high: p99 time to first token > "
+                "`ttft_p99_seconds` or p99 queue wait > `queue_p99_seconds` (/metrics), or, with logs only, "
+                "requests queued (#queue-req > 0) in >= `fraction` of those chunk-size batches",
+        value_unit="ratio",
+        window_seconds=300,
+        defaults={"chunk_fraction": 0.9, "fraction": 0.5, "min_samples": 5, "ttft_p99_seconds": 2.0,
+                  "queue_p99_seconds": 1.0},
+        profiles={"offline": None, "long-context": {"ttft_p99_seconds": 10.0, "queue_p99_seconds": 10.0}},
+        advice=(Advice("--chunked-prefill-size", "increase", None,
+                       "Larger chunks prefill a long prompt in fewer steps, so it and the requests behind it "
+                       "start sooner (each step needs more activation memory)."),),
+        alert=AlertSpec("SGLangLongPromptsDominate", "15m",
+                        "Long prompts chunked at --chunked-prefill-size dominate SGLang's latency.",
+                        "{{ $labels.instance }}: {{ $value | humanizePercentage }} of prefill batches are cut at "
+                        "the chunk size while requests wait. Advice: increase --chunked-prefill-size.",
+                        page=False),
+        # (the guide's other step, piecewise CUDA graph, is on by default from 0.5.10 and its flag is gone from
+        # the newest releases: not advised)
+        guide="High latency when long prompts dominate: increase `--chunked-prefill-size`.",
     ),
 )

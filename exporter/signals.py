@@ -7,17 +7,14 @@ SIGNAL_METRICS) is unknown with that reason, and its Judgement says `unsupported
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
 from exporter.catalog import SIGNALS
 from exporter.catalog_native import METRICS_ONLY, missing_metrics
 from exporter.failures import STAGE_TEXT
+from exporter.signals_tuning import STARTUP_NOT_SEEN, TUNING_JUDGES
 from exporter.state import ServerState
-
-# why a signal needing start-up facts is unknown when the sidecar joined SGLang after its start-up
-STARTUP_NOT_SEEN = "start-up not seen (joined a running server)"
 
 
 @dataclass(frozen=True)
@@ -265,149 +262,7 @@ def _clock(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S" if t >= 10 * 86400 else "%H:%M:%S", time.gmtime(t))
 
 
-_LATENCY = (("ttft_p99_seconds", ("time_to_first_token_seconds",)),
-            ("itl_p99_seconds", ("inter_token_latency_seconds", "time_per_output_token_seconds")),
-            ("e2e_p99_seconds", ("e2e_request_latency_seconds",)))
-
-
-def quantile(q: float, buckets: dict[float, float]) -> float | None:
-    """histogram_quantile over cumulative buckets {le: count}, as Prometheus interpolates it."""
-    items = sorted(buckets.items())
-    if not items or items[-1][1] <= 0:
-        return None
-    total = items[-1][1]
-    rank = q * total
-    prev_le, prev_count = 0.0, 0.0
-    for le, count in items:
-        if count >= rank:
-            if math.isinf(le):
-                return prev_le
-            if count == prev_count:
-                return le
-            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
-        prev_le, prev_count = le, count
-    return prev_le
-
-
-def _latency(state, p, sources, now, window):
-    if not sources.metrics_up:
-        return None, None, "latency comes from SGLang's /metrics; it is not being scraped"
-    worst, worst_text = None, ""
-    for key, names in _LATENCY:
-        objective = p.get(key)
-        if not objective:
-            continue
-        for name in names:
-            h = state.histograms.get(name)
-            if not h or len(h.snapshots) < 2:
-                continue
-            t0, first = next(((t, b) for t, b in h.snapshots if t >= now - window), h.snapshots[0])
-            _, last = h.snapshots[-1]
-            if max(last.values(), default=0.0) < max(first.values(), default=0.0):
-                delta = dict(last)     # counters reset (SGLang restarted): everything since counts
-            else:
-                delta = {le: last[le] - first.get(le, 0.0) for le in last}
-            p99 = quantile(0.99, delta)
-            if p99 is None:
-                continue
-            ratio = p99 / objective
-            if worst is None or ratio > worst:
-                worst, worst_text = ratio, f"{name} p99 {p99:.3f} s vs objective {objective} s"
-            break
-    if worst is None:
-        return None, None, "no requests completed in the window"
-    return worst > 1.0, worst, worst_text
-
-
-def _p99_in_window(state, name: str, now: float, window: float) -> float | None:
-    """p99 of SGLang histogram `name` over what was observed in the window (None: nothing observed)."""
-    h = state.histograms.get(name)
-    if not h or len(h.snapshots) < 2:
-        return None
-    _, first = next(((t, b) for t, b in h.snapshots if t >= now - window), h.snapshots[0])
-    _, last = h.snapshots[-1]
-    if max(last.values(), default=0.0) < max(first.values(), default=0.0):
-        delta = dict(last)     # counters reset (SGLang restarted): everything since counts
-    else:
-        delta = {le: last[le] - first.get(le, 0.0) for le in last}
-    return quantile(0.99, delta)
-
-
-def _queue_wait(state, p, sources, now, window):
-    if not sources.metrics_up:
-        return None, None, "queue wait comes from SGLang's /metrics; it is not being scraped"
-    for name in ("queue_time_seconds", "queue_time_s"):
-        p99 = _p99_in_window(state, name, now, window)
-        if p99 is not None:
-            return p99 > p["p99_seconds"], p99, ("p99 queue wait {:.2f} s vs objective {} s", p99, p["p99_seconds"])
-    return None, None, "no request left the queue in the window"
-
-
-def _scrape_fraction(what: str, applies, hit, none_reason: str):
-    """A share of the window's scrape samples (state.scrape_samples) that `hit`, among those `applies` to."""
-    def judge(state, p, sources, now, window):
-        if not sources.metrics_up:
-            return None, None, "read from SGLang's /metrics; it is not being scraped"
-        edge = now - window
-        samples = [x for t, x in state.scrape_samples if t >= edge and applies(x)]
-        if not samples:
-            return None, None, none_reason
-        if len(samples) < p["min_samples"]:
-            return None, None, ("{} samples in the window, {} needed", len(samples), p["min_samples"])
-        hits = sum(1 for x in samples if hit(x, p))
-        share = hits / len(samples)
-        return share >= p["fraction"], share, ("{} of {} samples " + what, hits, len(samples))
-    return judge
-
-
-def _prefix_reuse(state, p, sources, now, window):
-    policy = state.server_args.get("schedule_policy")
-    if isinstance(policy, str) and policy.strip("'\"") not in ("fcfs", ""):
-        return False, 0.0, ("schedule policy is {}: it already orders by prefix", policy)
-    said = _PREFIX(state, p, sources, now, window)
-    if said[0] is not None and policy is None:     # /metrics does not say the policy: the advice says "if fcfs"
-        return said[0], said[1], (said[2][0] + " (schedule policy not known: the advice holds if it is fcfs)",
-                                  *said[2][1:])
-    return said
-
-
-_PREFIX = _scrape_fraction("queue with a high prefix cache hit rate",
-                           lambda x: x["queue"] is not None and x["hit"] is not None,
-                           lambda x, p: x["queue"] > 0 and x["hit"] >= p["min_hit_rate"],
-                           "no sample with both a queue and a cache hit rate")
-
-
-def _pressured(x, p) -> bool:
-    if x["paused"]:
-        return True
-    if x["usage"] is None or x["evictable"] is None or not x["capacity"]:
-        return False
-    return x["usage"] >= p["min_usage"] and x["evictable"] < p["max_evictable"] * x["capacity"]
-
-
-def _spec(state, p, sources, now, window):
-    if not sources.metrics_up:
-        return None, None, "accept length comes from SGLang's /metrics; it is not being scraped"
-    edge = now - window
-    vals = [x["spec"] for t, x in state.scrape_samples if t >= edge and x["spec"] is not None]
-    if not vals:
-        return None, None, "speculative decoding not in use (no accept length reported)"
-    if len(vals) < p["min_samples"]:
-        return None, None, ("{} samples in the window, {} needed", len(vals), p["min_samples"])
-    mean = sum(vals) / len(vals)
-    return mean < p["min_accept_length"], mean, ("mean accept length {:.2f} over {} samples", mean, len(vals))
-
-
 _JUDGES = {
-    "queue_wait_high": _queue_wait,
-    "prefix_reuse_missed": _prefix_reuse,
-    "kv_pressure": _scrape_fraction("with a full KV cache and little evictable, or paused requests",
-                                    lambda x: x["paused"] is not None or (x["usage"] is not None
-                                                                          and x["evictable"] is not None),
-                                    _pressured, "no sample with KV usage and evictable tokens"),
-    "spec_accept_low": _spec,
-    "pd_backlog": _scrape_fraction("with a PD queue backlog", lambda x: x["pd"] is not None,
-                                   lambda x, p: x["pd"] > p["max_queue"], "no PD disaggregation queue reported"),
     "queue_below_range": _fraction("queue_below_range", "below the range"),
     "queue_above_range": _fraction("queue_above_range", "above the range"),
     "kv_cache_underused": _fraction("kv_cache_underused", "under-used with a queue"),
@@ -420,9 +275,9 @@ _JUDGES = {
     "oom_prefill": _oom("prefill"),
     "oom_decode": _oom("decode"),
     "stalled": _stalled,
-    "latency_high": _latency,
     "server_crashed": _crashed,
     "startup_oom": _startup_oom,
     "startup_stalled": _startup_stalled,
+    **TUNING_JUDGES,
 }
 assert set(_JUDGES) == {s.id for s in SIGNALS}, "every catalog signal needs a judge"

@@ -9,6 +9,7 @@ import pytest
 from exporter import releases
 from exporter.catalog import SIGNALS
 from exporter.catalog_native import (
+    METRICS_ONLY,
     NATIVE_BY_NAME,
     NATIVE_VALUES,
     SIGNAL_METRICS,
@@ -380,3 +381,192 @@ def test_cuda_graph_off_from_the_graph_pass_counters(eager_growth, fires):
         texts.append(expositions.render("0.5.23", g) + generate_latest(reg).decode())
     _, judged = _judge(texts)
     assert judged["cuda_graph_off_small_batch"].firing is fires, judged["cuda_graph_off_small_batch"]
+
+
+# ------------------------------------------------------------- the tuning signals from SGLang's log lines alone
+def _log_judge(tmp_path, lines: list[str], profile: str = "online", scrapes=(), chunk: int = 8192):
+    """Judgements after a 0.5.23 log of these batch lines, one every 10 s, read through the parser as `serve`
+    and `analyze` read it (the lines of a learned layout as rows); `scrapes` (texts) are ingested alongside."""
+    from exporter.ingest.pipeline import iter_file_items
+    t0 = 1_764_062_223.0     # 2025-11-25 09:17:03 UTC
+    stamp = "[2025-11-25 09:{:02d}:{:02d}] "
+    head = [stamp.format(17, 0) + "server_args=ServerArgs(model_path='m', schedule_policy='fcfs')",
+            stamp.format(17, 1) + f"max_total_num_tokens=200000, chunked_prefill_size={chunk}, max_prefill_tokens=16384, "
+                                  "max_running_requests=512, context_len=32768, available_gpu_mem=6.50 GB",
+            stamp.format(17, 2) + "The server is fired up and ready to roll!"]
+    body = [stamp.format(18 + (10 * i) // 60, (10 * i) % 60) + line for i, line in enumerate(lines)]
+    path = tmp_path / "sglang.log"
+    path.write_text("\n".join(head + body) + "\n")
+    eng = Engine(Config(profile=profile), log_fed=True)
+    eng.set_sources(log_up=True, metrics_up=bool(scrapes))
+    last = t0
+    for item in iter_file_items(str(path)):
+        ts = item[2] if item.__class__ is tuple else item.ts
+        last = ts
+        (eng.ingest_row if item.__class__ is tuple else eng.ingest)(item, ts)
+    for i, text in enumerate(scrapes):
+        eng.ingest_scrape(parse_exposition(text), last - 15 * (len(scrapes) - 1 - i))
+    return eng.evaluate(last).judgements
+
+
+def _prefill(new=8192, cached=0, queue=20, extra=""):
+    return (f"Prefill batch, #new-seq: 1, #new-token: {new}, #cached-token: {cached}, token usage: 0.40, "
+            f"#running-req: 8, #queue-req: {queue}, #pending-token: 0, {extra}cuda graph: False, "
+            "input throughput (token/s): 15342.77")
+
+
+def _decode(extra="", queue=20):
+    return (f"Decode batch, #running-req: 8, #token: 80000, token usage: 0.40, {extra}cuda graph: True, "
+            f"gen throughput (token/s): 1834.27, #queue-req: {queue}")
+
+
+@pytest.mark.parametrize("new,queue,fires", [(8192, 20, True), (8192, 0, False), (1024, 20, False)])
+def test_long_prompts_dominate_from_the_log_alone(tmp_path, new, queue, fires):
+    """Prefills cut at the chunk size (the capacity line's 8192) with requests queued behind them."""
+    lines = [line for _ in range(6) for line in (_prefill(new=new, queue=queue), _decode(queue=queue))]
+    j = _log_judge(tmp_path, lines)["long_prompts_dominate"]
+    assert j.firing is fires, j
+    assert j.value == (1.0 if new == 8192 else 0.0)
+    assert "of 6 prefill batches at the chunk size (8192)" in j.detail
+
+
+@pytest.mark.parametrize("ttft,fires", [(6.0, True), (0.3, False)])
+def test_long_prompts_dominate_judges_latency_from_metrics_beside_the_log(tmp_path, ttft, fires):
+    lines = [_prefill(new=8192, queue=20) for _ in range(6)]
+    texts = [expositions.render("0.5.23", expositions.HEALTHY, {},
+                                {"time_to_first_token_seconds": [ttft] * (20 * s)}) for s in range(1, 4)]
+    j = _log_judge(tmp_path, lines, scrapes=texts)["long_prompts_dominate"]
+    assert j.firing is fires, j
+    assert "p99 time to first token" in j.detail
+
+
+def test_long_prompts_dominate_is_off_with_chunked_prefill_off_and_log_only_on_metrics(tmp_path):
+    lines = [_prefill(new=9000, queue=20) for _ in range(6)]
+    assert _log_judge(tmp_path, lines)["long_prompts_dominate"].firing is True
+    j = _log_judge(tmp_path, lines, chunk=-1)["long_prompts_dominate"]
+    assert j.firing is False and "chunked prefill is off" in j.detail, j
+    judged = _online_judge([expositions.healthy("0.5.23", s) for s in range(1, 5)])
+    j = judged["long_prompts_dominate"]
+    assert j.firing is None and j.unsupported and j.detail.startswith("read from SGLang's logs only")
+    # the offline profile does not judge latency
+    assert "long_prompts_dominate" not in _log_judge(tmp_path, lines, profile="offline")
+
+
+@pytest.mark.parametrize("cached,queue,fires", [(6000, 20, True), (100, 20, False), (6000, 0, False)])
+def test_prefix_reuse_missed_from_the_log_alone(tmp_path, cached, queue, fires):
+    lines = [_prefill(new=2000, cached=cached, queue=queue) for _ in range(5)]
+    j = _log_judge(tmp_path, lines)["prefix_reuse_missed"]
+    assert j.firing is fires and not j.unsupported, j
+    assert "5 batch lines" in j.detail
+
+
+@pytest.mark.parametrize("accept,fires", [(1.1, True), (3.2, False)])
+def test_spec_accept_low_from_the_log_alone(tmp_path, accept, fires):
+    lines = [_decode(f"accept len: {accept:.2f}, accept rate: 0.50, ") for _ in range(4)]
+    j = _log_judge(tmp_path, lines)["spec_accept_low"]
+    assert j.firing is fires and j.value == pytest.approx(accept), j
+
+
+def test_spec_accept_low_is_unknown_in_a_log_without_speculative_decoding(tmp_path):
+    j = _log_judge(tmp_path, [_decode() for _ in range(4)])["spec_accept_low"]
+    assert j.firing is None and not j.unsupported and "not in use" in j.detail
+
+
+@pytest.mark.parametrize("prealloc,fires", [(200, True), (3, False)])
+def test_pd_backlog_from_the_log_alone(tmp_path, prealloc, fires):
+    """A PD decode server's lines: pre-allocation and transfer queues (0.5.3+ spelling)."""
+    pd = f"pre-allocated usage: 0.10, #prealloc-req: {prealloc}, #transfer-req: 4, #retracted-req: 0, "
+    j = _log_judge(tmp_path, [_decode(pd) for _ in range(4)])["pd_backlog"]
+    assert j.firing is fires, j
+
+
+def test_pd_backlog_reads_the_prefill_servers_older_spelling(tmp_path):
+    old = ("Prefill batch. #new-seq: 1, #new-token: 100, #cached-token: 0, token usage: 0.40, "
+           "#unbootstrapped-req: 90, #queue-req: 0, #transferring-req: 10, input throughput (token/s): 10.00, ")
+    j = _log_judge(tmp_path, [old] * 4)["pd_backlog"]
+    assert j.firing is True, j
+
+
+def test_logs_only_signals_with_no_log_line_stay_metrics_only(tmp_path):
+    judged = _log_judge(tmp_path, [_decode() for _ in range(4)])
+    for sid in METRICS_ONLY:
+        assert judged[sid].firing is None and judged[sid].unsupported, judged[sid]
+    assert set(METRICS_ONLY) == {"latency_high", "queue_wait_high", "kv_pressure"}
+
+
+# --------------------------------------------- every release's /metrics as SGLang's own collector code renders it
+# tests/conformance/run.py --expositions ran each release's scheduler collector (a two-GPU TP server) with
+# chosen values: queue 140, running 34, token usage 0.46, prefix hit rate 0.25, 3 retracted requests (4 on the
+# older gauge), a CUDA graph, accept length 2.5, 8000 evictable tokens, short PD queues, and (0.5.11+) 6.25 GiB
+# left on TP0, 5.75 GiB on TP1.
+COLLECTOR_EXPOSITIONS = Path(__file__).resolve().parent / "conformance" / "expositions"
+
+
+def test_every_release_with_a_collector_has_its_collectors_exposition():
+    have = {p.stem for p in COLLECTOR_EXPOSITIONS.glob("*.prom")}
+    assert have == {r for r in ALL if releases.metric_families(r)}
+    assert min(have, key=releases.version_key).startswith("0.3.") and releases.newest() in have
+
+
+@pytest.mark.parametrize("release", [r for r in ALL if (COLLECTOR_EXPOSITIONS / f"{r}.prom").exists()])
+def test_the_collectors_exposition_alone_gives_the_states_its_release_allows(release):
+    text = (COLLECTOR_EXPOSITIONS / f"{release}.prom").read_text()
+    eng, judged = _judge([text] * 4)
+    present = eng.state.native_present
+    for sid, j in judged.items():
+        groups = SIGNAL_METRICS[sid]
+        fed = groups is not None and all(set(g) & present for g in groups)
+        # never ok (nor firing) on nothing: a judged signal has every input group in the scrape
+        assert j.firing is None or fed, f"{release}: {sid} says {j.firing} with no input: {j.detail}"
+        if not fed:
+            assert j.firing is None and j.unsupported and j.detail.startswith(
+                ("not exported by this release", "read from SGLang's logs only", "not in SGLang's /metrics")), j
+    # the states the chosen values call for, wherever the release exports the inputs
+    assert judged["kv_cache_underused"].firing is True          # usage 0.46 with 140 queued
+    assert judged["queue_above_range"].firing is False and judged["queue_below_range"].firing is False
+    assert judged["kv_pressure"].firing in ((False,) if "paused" in present or "kv_evictable_tokens" in present
+                                            else (None,))
+    for sid in ("retractions_frequent", "retraction_storm"):
+        assert judged[sid].firing is (False if {"retracted_requests", "retracted_gauge"} & present else None)
+    for sid in ("prefix_reuse_missed", "pd_backlog", "cuda_graph_off_small_batch"):
+        assert judged[sid].firing is (False if SIGNAL_METRICS[sid] and all(
+            set(g) & present for g in SIGNAL_METRICS[sid]) else None), (sid, judged[sid])
+    since_headroom = releases.version_key(release) >= releases.version_key("0.5.11")
+    assert (judged["gpu_headroom_low"].firing, judged["gpu_headroom_high"].firing) == (
+        (False, False) if since_headroom else (None, None))
+    if since_headroom:       # judged per GPU, as the log's capacity lines are: the least left, named
+        assert eng.state.headroom_rank == "TP1" and eng.state.headroom_bytes == pytest.approx(5.75 * GIB)
+        assert {g["rank"] for g in eng.state.facts()["gpu_headroom"]} == {"TP0", "TP1"}
+        assert "on TP1 (the least of 2 GPUs)" in judged["gpu_headroom_low"].detail
+
+
+@pytest.mark.parametrize("gb,low,high", [((7.0, 3.0), True, False), ((9.0, 12.0), False, True)])
+def test_metrics_only_headroom_is_judged_per_rank(gb, low, high):
+    text = expositions.render("0.5.23", dict(expositions.HEALTHY, startup_available_gpu_memory_gb=gb[0]))
+    other = expositions.render("0.5.23", {"startup_available_gpu_memory_gb": gb[1]})
+    other = "\n".join(ln.replace('tp_rank="0"', 'tp_rank="1"') for ln in other.splitlines() if not ln.startswith("#"))
+    eng, judged = _judge([text + other + "\n"] * 2)
+    worst = min(gb)
+    assert eng.state.headroom_bytes == pytest.approx(worst * GIB)
+    assert eng.state.headroom_rank == ("TP1" if gb[1] < gb[0] else "TP0")
+    assert (judged["gpu_headroom_low"].firing, judged["gpu_headroom_high"].firing) == (low, high)
+    assert f"{worst:.2f} GiB left after start-up on {eng.state.headroom_rank}" in judged["gpu_headroom_low"].detail
+
+
+@pytest.mark.parametrize("profile", ["offline", "online"])
+def test_nothing_read_yet_is_never_ok(profile):
+    """A log source up with no line read, and /metrics up with a scrape that carries no SGLang family: every
+    signal is unknown (with a reason), none says ok; but the followed log's silence is evidence of no
+    retraction and no OOM (test_signals.test_with_a_live_log_only_event_counts_are_known_before_data)."""
+    silence = {"retractions_frequent", "retraction_storm", "oom_prefill", "oom_decode"}
+    eng = Engine(Config(profile=profile), log_fed=True)
+    eng.set_sources(log_up=True)
+    judged = eng.evaluate(1000.0).judgements
+    assert judged and all(j.firing is None and j.detail for s, j in judged.items() if s not in silence), \
+        {s: j.detail for s, j in judged.items() if j.firing is not None}
+    eng = Engine(Config(profile=profile), log_fed=False)
+    eng.set_sources(metrics_up=True)
+    eng.ingest_scrape(parse_exposition("# nothing of SGLang's\nup 1\n"), 1000.0)
+    judged = eng.evaluate(1000.0).judgements
+    assert all(j.firing is None and j.detail for j in judged.values()), \
+        {s: j.detail for s, j in judged.items() if j.firing is not None}

@@ -404,3 +404,32 @@ def test_classify_follows_memory_config_and_server_args_as_they_change():
                 epochs = st.epoch
                 assert [st.samples.count(i) for i in range(10)] == [0] * 10    # a restart clears the window
         assert epochs > 3 and counted > 500
+
+
+# ------------------------------------------------------------------ tuning tallies: the row path reads as the Event
+def test_line_reader_reads_every_releases_batch_lines_as_their_events(tmp_path):
+    """The tuning tallies read a learned layout's lines by slicing their numbers (tuning.line_reader): on the
+    conformance logs of every release, single-GPU and PD (SGLang's own batch-line code, each log repeated
+    past the parser's first block so it reads them as learned layouts), what is sliced out of each line equals what its Event says."""
+    from pathlib import Path
+
+    from exporter.ingest.events import as_event
+    from exporter.ingest.pipeline import iter_file_items
+    from exporter.state.tuning import line_reader, numbers
+    logs = [p for p in sorted((Path(__file__).parent / "conformance" / "fixtures").glob("*/*.log"))
+            if p.stem in ("single", "pd_prefill", "pd_decode")]
+    checked = 0
+    for log in logs:
+        readers: dict = {}
+        longer = tmp_path / "sglang.log"
+        longer.write_text(log.read_text() * 300)
+        for item in iter_file_items(str(longer)):
+            if item.__class__ is not tuple or item[0].kind not in ("prefill_batch", "decode_batch"):
+                continue
+            ev = as_event(item)
+            want = numbers(ev.kind, ev.fields)
+            read = readers.setdefault(item[0], line_reader(ev.kind, item[1], ev.fields))
+            assert read is not None, (log, item[1])
+            assert read(item[1]) == want, (log, item[1])
+            checked += 1
+    assert checked > 100

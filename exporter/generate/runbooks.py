@@ -32,6 +32,8 @@ LOG_PATTERNS = {
     "memory_config.available_gpu_mem_bytes": [("available_gpu_mem=", "capacity line at start-up "
                                                "(SGLang 0.4.7+, TP rank 0; GB there means GiB)")],
     "memory_config.max_running_requests": [("max_running_requests=", "capacity line at start-up")],
+    "memory_config.chunked_prefill_size": [("chunked_prefill_size=", "capacity line at start-up (SGLang 0.4.2+): "
+                                            "the chunk size in force")],
     "server_args.cuda_graph_max_bs": [("server_args=", "the server arguments, look for cuda_graph_max_bs "
                                        "and disable_cuda_graph")],
     "oom": [("CUDA out of memory|OutOfMemoryError", "PyTorch CUDA OOM inside a traceback"),

@@ -5,7 +5,14 @@ reads here which judgements its release makes possible; the sidecar reports the 
 from __future__ import annotations
 
 from exporter import catalog
-from exporter.catalog_native import NATIVE_VALUES, family_span, native_metric_names, signal_sources
+from exporter.catalog_native import (
+    METRICS_ONLY,
+    NATIVE_VALUES,
+    SIGNAL_METRICS,
+    family_span,
+    native_metric_names,
+    signal_sources,
+)
 from exporter.config import Config
 
 PATH = "docs/signal-sources.md"
@@ -30,6 +37,11 @@ def signal_sources_md() -> str:
              "With `/metrics` as the only source (no log file), a signal is judged only when the scraped "
              "release exports its inputs; otherwise it is **unknown**, `sglang_exporter_signal_unsupported` is "
              "1 and the API and the report say why.", "",
+             "No log line prints what " + ", ".join(f"`{s}`" for s in sorted(METRICS_ONLY)) + " read: with logs "
+             "as the only source they are unknown. No release's `/metrics` exports what "
+             + ", ".join(f"`{s.id}`" for s in catalog.SIGNALS if SIGNAL_METRICS.get(s.id) is None) + " need: with "
+             "`/metrics` as the only source they are unknown (`long_prompts_dominate` still reads time to first "
+             "token and queue wait from `/metrics` when it is scraped beside the log).", "",
              "| signal | from logs | from /metrics (one of each group) | releases whose /metrics alone feeds it |",
              "|---|---|---|---|"]
     sources = signal_sources()

@@ -19,6 +19,12 @@ and parallel layout it runs, in a fresh subprocess per scheduler rank, without i
   serves (rendered by the prometheus_client installed here, not the release's pinned one).
 
 Time is a fixed fake clock (UTC), so regenerating gives the same files.
+
+    .venv/bin/python tests/conformance/run.py --expositions [--release V ...]
+
+writes only the /metrics exposition of a two-GPU TP server for every release (default: all of
+exporter.releases) to tests/conformance/expositions/<release>.prom: what a metrics-only sidecar of each release
+reads (tests/test_native_metrics.py).
 """
 from __future__ import annotations
 
@@ -41,6 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 FIXTURES = HERE / "fixtures"
+EXPOSITIONS = HERE / "expositions"
 RELEASES = ["0.3.0", "0.3.6.post3", "0.4.1.post7", "0.4.5.post3", "0.4.7.post1", "0.4.10.post2", "0.5.2",
             "0.5.5.post3", "0.5.9", "0.5.14", "0.5.23"]
 # name -> scheduler ranks (dp, tp, pp) that run, server size, extra mode
@@ -249,7 +256,7 @@ def set_values(layout: dict, rank: dict, step: int) -> None:
         "last_decode_stats_tic": START, "last_prefill_stats_tic": START, "model_config": Stand(),
         "context_len": 32768, "max_prefill_tokens": 16384, "max_running_requests": 512,
         "chunked_prefill_size": 8192, "total_retracted_reqs": 2 + step, "startup_available_gpu_memory_gb": 6.25, "num_retracted_reqs": 3,
-        "new_token_ratio": 0.9,
+        "new_token_ratio": 0.9, "temp_prefill_info": None,    # 0.5.8 asserts no prefill is pending
     })
     CALLS.clear()
     CALLS.update({
@@ -552,7 +559,15 @@ def write_metrics(files: dict, layout: dict, rank: dict, mp_dir: Path) -> None:
     stats = stats_cls() if stats_cls else types.SimpleNamespace()
     chosen = {"num_running_reqs": Count(34), "num_used_tokens": 92000, "token_usage": 0.46, "gen_throughput": 1234.5,
               "num_queue_reqs": 140 + 7 * rank["dp"], "cache_hit_rate": 0.25, "total_retracted_reqs": 4,
-              "num_retracted_reqs": 3, "is_cuda_graph": 1.0, "max_running_requests": 512}
+              "num_retracted_reqs": 3, "is_cuda_graph": 1.0, "max_running_requests": 512,
+              # what the tuning signals read, at healthy values: speculative decoding accepting well, KV room
+              # to evict, no request paused, short PD queues, the pool's capacity (0.5.6-0.5.10 report it here)
+              "spec_accept_length": 2.5, "spec_accept_rate": 0.6, "kv_used_tokens": 92000,
+              "kv_available_tokens": 100000, "kv_evictable_tokens": 8000, "num_paused_reqs": 0,
+              "new_token_ratio": 0.4, "max_total_num_tokens": 200000, "num_prefill_bootstrap_queue_reqs": 2,
+              "num_prefill_prealloc_queue_reqs": 2, "num_prefill_inflight_queue_reqs": 1,
+              "num_prefill_infight_queue_reqs": 1, "num_decode_prealloc_queue_reqs": 1,
+              "num_decode_transfer_queue_reqs": 0}
     import dataclasses
     for k, v in chosen.items():
         current = getattr(stats, k, None)
@@ -562,6 +577,20 @@ def write_metrics(files: dict, layout: dict, rank: dict, mp_dir: Path) -> None:
             setattr(stats, k, v)
     if hasattr(collector, "log_stats"):
         collector.log_stats(stats)
+    # start-up constants (0.5.11+: emit_constants) and queue waits (0.5.3+: observe_queue_time), through the
+    # release's own methods; a parameter not chosen here gets the method's default or a neutral stand-in
+    constants = {"max_total_num_tokens": 200000, "startup_available_gpu_memory_gb": 6.25 - 0.5 * rank["tp"],
+                 "weight_memory_usage_gb": 15.0, "kv_cache_memory_usage_gb": 50.0, "graph_memory_usage_gb": {},
+                 "page_size": 1, "num_pages": 200000, "context_len": 32768, "max_total_num_tokens_swa": None,
+                 "max_running_requests_under_SLO": None}
+    emit = getattr(collector, "emit_constants", None)
+    if emit is not None:
+        sig = inspect.signature(emit)
+        emit(**{name: constants.get(name, p.default if p.default is not p.empty else Stand(name))
+                for name, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)})
+    if hasattr(collector, "observe_queue_time"):
+        for wait in (0.05, 0.1, 0.2):
+            collector.observe_queue_time(wait)
     # 0.5.7+: the retraction counter is bumped where requests are retracted, not in log_stats
     for metric in list(vars(collector).values()):
         if getattr(metric, "_name", "") in ("sglang:num_retracted_requests", "sglang_num_retracted_requests"):
@@ -634,6 +663,25 @@ def generate(version: str, layout_name: str, steps: int = 3) -> None:
     print(f"{version} {layout_name}: {len(lines)} lines, {len(exposition.splitlines())} exposition lines")
 
 
+def generate_exposition(version: str, layout_name: str = "tp") -> None:
+    """Only the release's /metrics of a `layout_name` server (its log is not kept)."""
+    with tempfile.TemporaryDirectory() as mp:
+        log = Path(mp) / "discarded.log"
+        metrics = Path(mp) / "metrics"
+        metrics.mkdir()
+        for r in ranks(LAYOUTS[layout_name]):
+            subprocess.run([sys.executable, __file__, "--cache", str(CACHE), "--one", version, layout_name,
+                            json.dumps(r), str(log), str(metrics), "1"], check=True, capture_output=True, text=True)
+        exposition = serve_exposition(metrics)
+    EXPOSITIONS.mkdir(exist_ok=True)
+    out = EXPOSITIONS / f"{version}.prom"
+    if exposition.strip():
+        out.write_text(exposition)
+    elif out.exists():
+        out.unlink()
+    print(f"{version}: {len(exposition.splitlines())} exposition lines")
+
+
 def _line_time(line: str) -> str:
     return line[1:line.index("]")] if line.startswith("[") and "]" in line else ""
 
@@ -648,6 +696,8 @@ def main() -> int:
     p.add_argument("--cache", type=Path, default=CACHE)
     p.add_argument("--release", action="append")
     p.add_argument("--layout", action="append", choices=list(LAYOUTS))
+    p.add_argument("--expositions", action="store_true",
+                   help="write only each release's /metrics of a TP server to tests/conformance/expositions/")
     p.add_argument("--one", nargs=6, help=argparse.SUPPRESS)
     a = p.parse_args()
     CACHE = a.cache
@@ -657,6 +707,17 @@ def main() -> int:
         run_rank(version, layout, json.loads(rank), Path(log_path), Path(mp), int(steps))
         return 0
     failed = []
+    if a.expositions:
+        sys.path.insert(0, str(ROOT))
+        from exporter import releases
+        for v in a.release or releases.releases():
+            try:
+                generate_exposition(v)
+            except subprocess.CalledProcessError as exc:
+                failed.append(f"{v}: {exc.stderr.strip().splitlines()[-1] if exc.stderr else exc}")
+        for line in failed:
+            print(f"FAILED {line}", file=sys.stderr)
+        return 1 if failed else 0
     for v in a.release or RELEASES:
         for layout in a.layout or LAYOUTS:
             try:

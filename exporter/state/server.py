@@ -1,0 +1,437 @@
+"""ServerState: what we know about one SGLang server, changed only by what its logs and /metrics say.
+
+State changes only through `apply_event`, `apply_row`, `apply_scrape`, `forget_scrape` and `expire`; it never
+reads a clock. Window tallies are classified against the thresholds in force when the sample arrives (the
+profile is fixed for a process), so evaluation stays O(1) per signal however long the window.
+
+Batch lines are the bulk of a log (every TP rank may print each one), so `apply_row` and `classify` are the
+hot path of `analyze`: thresholds are read once at construction, a batch line is a sample once per scheduler
+(not per TP rank), the sample windows are tallied in 1-second buckets, and the numbers of a line that is not
+a sample are read only when someone reads the ranks (`ranks`, `schedulers`, `pending`).
+"""
+from __future__ import annotations
+
+from collections import Counter, deque
+
+from exporter import flags
+from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
+from exporter.failures import CRASH_KINDS, STAGE_KINDS, FailureTracker
+from exporter.ingest.events import Event
+from exporter.state.ranks import MAX_RANKS, OTHER_RANK, RankValues, fields_shape, per_scheduler, rank_label
+from exporter.state.scraped import ScrapeFeed
+from exporter.state.startup import _MEMORY_READINGS, MAX_RESTART_EVIDENCE, StartupFacts
+from exporter.state.tuning import LogTuning, line_reader, numbers
+from exporter.state.windows import Histogram, HitWindow, TimeWindow
+
+_STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
+                          "server_ready")) | CRASH_KINDS | STAGE_KINDS   # the other event kinds apply_event reads
+FRACTION_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped")
+
+
+class ServerState(StartupFacts, ScrapeFeed):
+    """One SGLang server's state; the start-up and /metrics parts are its bases' jobs."""
+
+    def __init__(self, params: dict[str, dict | None], log_fed: bool = True):
+        """params: signal id -> thresholds in force (None = inactive), from Config.signal_params()."""
+        self.params = params
+        self.log_fed = log_fed
+        self.epoch = 0
+        self.restarts = 0
+        self.epoch_started: float | None = None
+        self.server_args: dict = {}
+        self.memory_config: dict = {}
+        self.headroom_bytes: float | None = None    # the worst rank's (memory_by_rank), or None
+        self.headroom_rank: str | None = None       # that rank's label ("DP3 TP0"; "" for an unprefixed log)
+        self.memory_by_rank: dict[str, dict] = {}   # rank label -> start-up memory facts of that GPU (epoch)
+        self.total_gpu_bytes: float | None = None   # free memory before weights load ~ usable GPU memory
+        self.restart_evidence: deque = deque(maxlen=MAX_RESTART_EVIDENCE)   # why each restart was counted
+        self.model: str = ""
+        self.format_family: str = ""
+        self._ranks: dict[tuple, RankValues] = {}
+        self._unread: list[RankValues] = []    # ranks that may hold unread lines (read_all skips the rest)
+        self.last_batch_t: float | None = None
+        self.last_progress_t: float | None = None
+        self._startup_ranks: dict[str, set] = {}   # start-up kind -> rank labels that printed it (epoch)
+        self._batch_ranks: set = set()    # rank labels that printed batch lines in this epoch
+        self._ready = False               # this epoch printed its ready line
+        self._crashed = False             # a crash line since this epoch's server_args
+        self._source_t: dict[str, float] = {}    # source -> latest log time of its non-batch lines
+        self._leader_tp: dict = {}     # DP rank -> the TP rank that prints its batch lines
+        self._batch_slots: dict = {}   # id(rank dict) -> _batch_slot(rank)
+        self._schedulers: dict | None = None   # per_scheduler(self.ranks), until the rank table changes
+        window = {sid: (SIGNALS_BY_ID[sid].window_seconds) for sid in SIGNALS_BY_ID}
+        # every batch sample is judged by these five signals over one window: one HitWindow counts them all
+        sampled = (*FRACTION_SIGNALS, "cuda_graph_off_small_batch")
+        assert len({window[sid] for sid in sampled}) == 1, f"{sampled} must share one window length"
+        self.samples = HitWindow(window[sampled[0]], series=len(sampled))
+        self.fraction = {sid: self.samples.series(i) for i, sid in enumerate(FRACTION_SIGNALS)}
+        self.graph_off = self.samples.series(len(FRACTION_SIGNALS))
+        # classify() runs for every batch sample: the thresholds (fixed for the process) are read here once;
+        # None = the signal is inactive in this profile
+        def param(sid, key):
+            return p[key] if (p := params.get(sid)) else None
+        self._min_queue = param("queue_below_range", "min_queue")
+        self._max_queue = param("queue_above_range", "max_queue")
+        self._min_usage = param("kv_cache_underused", "min_usage")
+        self._cap_fraction = param("concurrency_capped", "running_fraction")
+        self._cap_max_usage = param("concurrency_capped", "max_usage")
+        self._graph_default_bs = param("cuda_graph_off_small_batch", "default_max_bs")
+        self._tally = self.samples.tally     # classify counts in it (one list for the window's life)
+        self.tuning = LogTuning(params)      # what leaders' batch lines say for the tuning signals
+        self._tuning_shapes: dict = {}       # learned layout -> whether its lines feed self.tuning
+        self._limits()
+        self.retractions = TimeWindow(max(window["retractions_frequent"], window["retraction_storm"]))
+        self.ooms = {"prefill": TimeWindow(window["oom_prefill"]), "decode": TimeWindow(window["oom_decode"])}
+        self.watchdogs = TimeWindow(window["stalled"])
+        self.histograms: dict[str, Histogram] = {}
+        self.latency_window = window["latency_high"]
+        # counters: never go backwards, across restarts too
+        self.retractions_total = 0
+        self.retracted_requests_total = 0
+        self.oom_total: Counter = Counter()
+        self.watchdog_total = 0
+        self.events_total: dict[str, int] = {}     # kind -> events (a plain dict: a Counter is slower to bump)
+        self.failures = FailureTracker()
+        self.graph_off_peak = 0     # the largest decode batch of this epoch that ran without CUDA graph (advice)
+        self.observed_from: float | None = None    # when observation began (the log's start, the sidecar's)
+        self.clock_known = True     # False: a replayed log without timestamps (rates and ages cannot be judged)
+        # /metrics-fed progress and retraction counters (metrics-only deployments)
+        self._last_counter: dict[str, dict] = {}    # counter -> {series labels: last value} (apply_scrape)
+        self.metrics_seen = False
+        self.native_present: frozenset = frozenset()   # values the last good scrape fed (catalog_native)
+        self.native_seen: frozenset = frozenset()      # SGLang families it carried: the releases it can be
+        self.native: dict[tuple, dict] = {}            # rank -> the last scrape's gauges (all of them)
+        self._last_retracted_gauge: float | None = None
+        # one server-wide sample per scrape of what only /metrics tells (catalog_tuning's signals read them)
+        self.scrape_samples: deque = deque()     # (t, {queue, usage, hit, evictable, capacity, paused, spec, pd})
+        self.scrape_window = max(window[sid] for sid in ("prefix_reuse_missed", "kv_pressure", "spec_accept_low",
+                                                          "pd_backlog"))
+
+    @property
+    def ranks(self) -> dict[tuple, RankValues]:
+        """Latest values per rank label set, every batch line read."""
+        if self._unread:
+            self.read_all()
+        return self._ranks
+
+    def read_all(self) -> None:
+        for rv in self._unread:
+            if rv.unread:
+                rv.read()
+        self._unread.clear()
+
+    # ------------------------------------------------------------------ events (logs)
+    def apply_event(self, ev: Event, now: float) -> None:
+        kind, f = ev.kind, ev.fields
+        if self.observed_from is None:     # rows (apply_row) come through callers that set it (engine, analyze)
+            self.observed_from = now
+        if kind == "decode_batch" or kind == "prefill_batch":
+            self.apply_row((fields_shape(kind, f), f, ev.ts, ev.time, ev.rank, ev.line), now)
+            return
+        try:
+            self.events_total[kind] += 1
+        except KeyError:
+            self.events_total[kind] = 1
+        if kind not in _STATE_KINDS:
+            return                    # access lines, request logs, ...: counted only
+        if ev.ts is not None:
+            last = self._source_t.get(ev.source)
+            if last is None or ev.ts > last:
+                if last is None and len(self._source_t) >= MAX_RANKS:
+                    self._source_t.clear()
+                self._source_t[ev.source] = ev.ts
+        if kind == "retraction":
+            if f.get("testing"):
+                return
+            # every TP rank of a scheduler group prints the same retraction; count it once per DP rank, from
+            # the rank that prints that DP rank's batch lines (TP0 without DP attention; DP1 TP4 with it),
+            # for the event counter and the retracted-requests sum alike
+            tp = ev.rank.get("tp")
+            if tp is None or tp == self._leader_tp.get(ev.rank.get("dp"), 0):
+                # counters only grow: the grammar lets no count outside 0 <= n < COUNT_MAX through, and an
+                # Event built elsewhere with another number adds nothing (never a negative, a bool, a float)
+                n = f.get("retracted_reqs")
+                if n.__class__ is int and 0 < n < COUNT_MAX:
+                    self.retracted_requests_total += n
+                self.retractions_total += 1
+                self.retractions.push(now)
+                self.failures.count("retractions", now)
+        elif kind == "oom":
+            phase = self.failures.oom_phase(f.get("phase", "unknown"), self.last_batch_t is not None)
+            self.failures.oom(f, phase, now, ev.line)
+            self.oom_total[phase] += 1
+            if phase == "prefill":
+                self.ooms["prefill"].push(now)
+            elif phase in ("decode", "unknown"):
+                self.ooms["decode"].push(now)
+        elif kind == "watchdog_timeout":
+            if not f.get("soft"):
+                self.watchdog_total += 1
+                self.watchdogs.push(now)
+                self.failures.count("watchdog_timeouts", now)
+        elif kind == "memory_config":
+            label = rank_label(ev.rank)
+            again = label in self._startup_ranks.get(kind, ())
+            self._startup_line(kind, ev, now, f"a second capacity line on {label or 'the unprefixed rank'}"
+                               if again else None)
+            self.memory_config.update(f)
+            self._limits()
+            self._memory_reading(label, kind, f.get("available_gpu_mem_bytes"))
+        elif kind == "server_args":
+            self._startup_line(kind, ev, now, self._args_evidence(f))
+            self.failures.server_args(now)
+            self.server_args = dict(f)
+            self._limits()
+            self.model = str(f.get("served_model_name") or f.get("model_path") or "")[:200]
+        elif kind == "server_ready":
+            # warm-up batches run before the ready line, so batches alone do not mean a restart here
+            self._startup_line(kind, ev, now, "a second ready line" if self._ready else None)
+            self._ready = True
+            self.failures.server_ready()
+        elif kind in CRASH_KINDS:
+            self._crashed = True
+            self.failures.failure(kind, f, now, ev.line)
+        elif kind in STAGE_KINDS:
+            stage_phase = f.get("phase")
+            self._startup_line(kind, ev, now)
+            if kind == "load_weight" and stage_phase == "begin" and f.get("avail_mem_bytes"):
+                self.total_gpu_bytes = max(self.total_gpu_bytes or 0, f["avail_mem_bytes"])
+            elif kind in _MEMORY_READINGS and stage_phase != "begin":
+                self._memory_reading(rank_label(ev.rank), kind, f.get("avail_mem_bytes"))
+            self.failures.stage_event(kind, f)
+
+
+    def apply_row(self, row: tuple, now: float) -> None:
+        """A line still in its learned layout (events.Row): what apply_event does with its Event, without
+        building the Event. Batch lines are nearly all of a log, so this is the hot path of `analyze`. A batch
+        line updates its rank's gauges; a decode line of a DP rank's leader is also a sample. An access line or
+        request log is only counted."""
+        shape = row[0]
+        kind = shape.kind
+        try:
+            self.events_total[kind] += 1
+        except KeyError:
+            self.events_total[kind] = 1
+        if not shape.batch:
+            return                    # an access line or request log read by its layout: counted only
+        rank = row[4]
+        slot = self._batch_slots.get(id(rank))
+        if slot is None or slot[0] is not rank:
+            slot = self._batch_slot(rank)
+        rv = slot[1]
+        self.last_batch_t = self.last_progress_t = now
+        if slot[2] and self._tuning_shapes.get(shape) is not False:
+            self._tuning_row(shape, kind, row, now)
+        if not slot[2] or kind != "decode_batch":
+            # not a sample: nothing needs its numbers before someone reads the rank (`ranks`), and by then
+            # only the latest line of each shape counts; most lines of a log end here, unread
+            unread = rv.unread
+            if unread is None:
+                rv.unread = {shape: row[1]}
+                self._unread.append(rv)
+            else:
+                unread.pop(shape, None)     # keep them in the order they came
+                unread[shape] = row[1]
+            return
+        queue, running, usage, throughput, graph = values = shape.values(row[1])
+        if rv.unread:
+            # a leader's unread lines are (but for ranks folded into "other") its prefill lines since its last
+            # sample; a line that sets all five numbers overwrites whatever reading them would set, so they are
+            # dropped unread (the same result; reading them cost a sample as much as its own numbers)
+            if None in values:
+                rv.read()
+            else:
+                rv.unread = None
+        rv.take(queue, running, usage, throughput, graph)
+        self.classify(now, queue, running, usage, graph)
+
+    def _tuning_row(self, shape, kind: str, row: tuple, now: float) -> None:
+        """A leader's batch line for self.tuning. Per learned layout, the first line's Event says whether its
+        lines print what the tallies read (all prefill lines; decode lines with speculative or PD fields) and
+        where (tuning.line_reader); later lines are read by slicing those numbers out (from their Event, when
+        they could not be located)."""
+        text = row[1]
+        if text.__class__ is dict:
+            values = numbers(kind, text)
+            if not self.tuning.reads(kind, values):
+                return
+        else:
+            read = self._tuning_shapes.get(shape)
+            if read is None or read is True:
+                values = numbers(kind, shape.event(text, row[2], row[3], row[4], row[5]).fields)
+                if read is None:
+                    if len(self._tuning_shapes) >= 4096:
+                        self._tuning_shapes.clear()
+                    reads = self.tuning.reads(kind, values)
+                    self._tuning_shapes[shape] = (line_reader(kind, text, shape.event(
+                        text, row[2], row[3], row[4], row[5]).fields) or True) if reads else False
+                    if not reads:
+                        return
+            else:
+                values = read(text)
+        if kind == "prefill_batch":
+            new, cached, queue, pd = values     # numbers() of a prefill line
+            self.tuning.prefill(now, new, cached, queue, pd, self.chunk_size)
+        else:
+            self.tuning.decode(now, *values)
+
+    def _batch_slot(self, rank: dict) -> tuple:
+        """(rank, its RankValues, whether its batch lines are samples), kept per rank dict until the leaders or
+        the rank table change.
+
+        One sample per scheduler, not per TP rank. The TP ranks of a DP rank share one scheduler, and when they
+        all print batch lines (--enable-metrics-for-all-schedulers) they repeat its queue, running and usage:
+        every line still updates its rank's gauges, but only the lines of the DP rank's lowest TP rank (its
+        leader: TP0, or DP1 TP4 with DP attention and tp=8, dp=2) are tallied, so a window holds the same samples
+        (and min_samples means the same) whatever the TP size."""
+        dp, tp = rank.get("dp"), rank.get("tp")
+        sample = True
+        if tp is not None:
+            leaders = self._leader_tp
+            leader = leaders.get(dp)
+            if leader is None:
+                if len(leaders) < MAX_RANKS:
+                    leaders[dp] = tp
+                    self._batch_slots.clear()
+                # else the table is full: every line of this DP rank is a sample (per-rank sampling)
+            elif tp < leader:
+                leaders[dp] = tp      # a lower TP rank showed up: it leads from now on (the choice is stable)
+                self._batch_slots.clear()
+            elif tp != leader:
+                sample = False
+        if len(self._batch_ranks) < 4 * MAX_RANKS:
+            self._batch_ranks.add(rank_label(rank))
+        key = (dp, tp, rank.get("pp"))
+        rv = self._ranks.get(key)
+        if rv is None:
+            rv = self._new_rank(key)
+        if len(self._batch_slots) >= 4096:
+            self._batch_slots.clear()
+        slot = self._batch_slots[id(rank)] = (rank, rv, sample)
+        return slot
+
+    def _new_rank(self, key: tuple) -> RankValues:
+        """A slot for a rank not seen yet; past MAX_RANKS - 1 distinct ranks they share the "other" slot, so
+        the table (and the exported label sets) never exceed MAX_RANKS entries."""
+        if len(self._ranks) >= MAX_RANKS - 1:
+            key = OTHER_RANK
+        self._schedulers = None
+        return self._ranks.setdefault(key, RankValues())
+
+    def _limits(self) -> None:
+        """What classify reads of memory_config and server_args, read again whenever they change. Only this
+        class writes them (apply_event, apply_scrape, _new_epoch), and each write is followed by this."""
+        self._cap = self.memory_config.get("max_running_requests") if self._cap_fraction is not None else None
+        # the release's name for it (cuda_graph_max_bs_decode from 0.5.14 on), else the profile's default
+        max_bs = flags.value(self.server_args, "cuda_graph_max_bs") or self._graph_default_bs
+        self._graph_max_bs = max_bs if isinstance(max_bs, (int, float)) else None    # None: any batch is small
+        # the capacity line prints the chunk size in force (server_args may say None: SGLang's pick); -1: off.
+        # (One spelling in every release: no flags.value, whose release inference costs milliseconds.)
+        chunk = self.memory_config.get("chunked_prefill_size")
+        if chunk is None:
+            chunk = self.server_args.get("chunked_prefill_size")
+        self.chunk_size = chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else None
+
+    def classify(self, now: float, queue, running, usage, cuda_graph) -> None:
+        """Count one batch sample in every series it is judged in. The tally's layout follows the series
+        order of self.samples: (total, hits) x (queue_below_range, queue_above_range, kv_cache_underused,
+        concurrency_capped, cuda_graph_off_small_batch); literal indices keep it fast, as do the limits read
+        once per change (_limits), the window's bucket check inline (HitWindow.bucket) and a hit added only
+        when there is one."""
+        w = self.samples
+        if not now < w._end:
+            w.start(now)
+        b = self._tally
+        if queue is not None:
+            if self._min_queue is not None:
+                b[0] += 1
+                if queue < self._min_queue:
+                    b[1] += 1
+            if self._max_queue is not None:
+                b[2] += 1
+                if queue > self._max_queue:
+                    b[3] += 1
+            if usage is not None:
+                if self._min_usage is not None:
+                    b[4] += 1
+                    if queue > 0 and usage < self._min_usage:
+                        b[5] += 1
+                cap = self._cap
+                if cap and running is not None:
+                    b[6] += 1
+                    if running >= self._cap_fraction * cap and queue > 0 and usage < self._cap_max_usage:
+                        b[7] += 1
+        if cuda_graph is not None and running is not None and self._graph_default_bs is not None:
+            b[8] += 1
+            max_bs = self._graph_max_bs
+            if not cuda_graph and (max_bs is None or running <= max_bs) and running > 0:
+                b[9] += 1
+                if running > self.graph_off_peak:
+                    self.graph_off_peak = running
+
+    # ------------------------------------------------------------------ durability
+    _COUNTERS = ("retractions_total", "retracted_requests_total", "watchdog_total", "restarts")
+    _COUNTER_MAPS = ("oom_total", "events_total")
+
+    def counters(self) -> dict:
+        """Every cumulative count, for the positions file (checkpoint.py): restored after a sidecar restart,
+        so our counters never go back and each line is counted once."""
+        out: dict = {k: getattr(self, k) for k in self._COUNTERS}
+        for k in self._COUNTER_MAPS:
+            out[k] = dict(getattr(self, k))
+        return out
+
+    def restore_counters(self, saved: dict) -> None:
+        """Set the counters to what `counters()` gave before a restart. A value that is not a count (a foreign
+        or damaged file) is skipped: that counter starts from what this process counted."""
+        def count(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62
+        for k in self._COUNTERS:
+            if count(saved.get(k)):
+                setattr(self, k, saved[k])
+        for k in self._COUNTER_MAPS:
+            m = saved.get(k)
+            if isinstance(m, dict):
+                target = getattr(self, k)
+                target.clear()
+                target.update({str(key): v for key, v in m.items() if count(v)})
+
+    # ------------------------------------------------------------------ time
+    def expire(self, now: float) -> None:
+        self.samples.expire(now)
+        self.tuning.expire(now)
+        edge = now - self.scrape_window
+        while self.scrape_samples and self.scrape_samples[0][0] < edge:
+            self.scrape_samples.popleft()
+        self.retractions.expire(now)
+        for w in self.ooms.values():
+            w.expire(now)
+        self.watchdogs.expire(now)
+
+    def retractions_per_minute(self, now: float, window: float) -> float:
+        """Retraction events per minute over the last `window` seconds (full-window denominator: a burst
+        right after start-up is not extrapolated)."""
+        return self.retractions.weight_since(now - window) / (window / 60.0)
+
+    def pending(self) -> float | None:
+        """Queue + running of the server, from the latest value of each scheduler; None when unknown."""
+        if not self._ranks:
+            return None
+        return sum((rv.queue or 0) + (rv.running or 0) for rv in self.schedulers().values())
+
+    def schedulers(self) -> dict:
+        """per_scheduler(self.ranks), kept until a rank is added or the table is cleared (the RankValues in it
+        are updated in place, so the mapping stays current in between)."""
+        if self._schedulers is None:
+            self._schedulers = per_scheduler(self.ranks)
+        elif self._unread:
+            # only these ranks' lines: the others wait until someone reads `ranks` (the stalled signal reads
+            # this at every evaluation, and reading every TP rank's lines each time cost as much as the rest)
+            for rv in self._schedulers.values():
+                if rv.unread:
+                    rv.read()
+            if len(self._unread) > 4 * MAX_RANKS:   # a rank read here comes back to the list with its next line
+                self._unread = list({id(rv): rv for rv in self._unread if rv.unread}.values())
+        return self._schedulers
+
+
