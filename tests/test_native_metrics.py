@@ -161,6 +161,19 @@ def test_a_retraction_storm_fires_from_whichever_retraction_metric_the_release_h
     assert eng.state.retractions_total >= 5
 
 
+def test_retracted_requests_count_once_per_dp_rank_not_per_tp_rank():
+    """With --enable-metrics-for-all-schedulers every TP rank of a scheduler group reports the requests the group
+    retracted: 2 DP ranks x 4 TP ranks, each DP group retracting 3 requests per scrape, is 6 requests, not 24."""
+    def text(step: int) -> str:
+        rows = [f'sglang:num_retracted_requests_total{{model_name="m",dp_rank="{dp}",tp_rank="{tp}",pp_rank="0"}} '
+                f"{3 * step}" for dp in range(2) for tp in range(4)]
+        return ("# TYPE sglang:num_retracted_requests_total counter\n" + "\n".join(rows) + "\n"
+                "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"m\",dp_rank=\"0\","
+                "tp_rank=\"0\",pp_rank=\"0\"} 5\n")
+    eng, _ = _judge([text(step) for step in range(1, 5)], step=15.0)
+    assert eng.state.retracted_requests_total == 3 * 6       # 3 scrapes of growth x 6 requests
+
+
 def test_steady_retraction_metrics_do_not_fire():
     for release in ("0.5.4.post3", "0.5.23", "0.4.10.post2"):
         _, judged = _judge([expositions.healthy(release, s) for s in range(1, 8)], step=5.0)

@@ -127,7 +127,9 @@ class ScrapeFeed(StatePart):
         retracted since the scheduler's last stats report, then reset to 0). The gauge is a sample: a
         non-zero value that differs from the last scrape's is a new retraction event of that many requests
         (two reports between scrapes count as one; equal non-zero values in a row as one)."""
-        grew = self._increase("retracted_requests", scrape)
+        # per DP rank (its scheduler group), not summed over its TP/PP ranks: with
+        # --enable-metrics-for-all-schedulers every TP rank reports the same retracted requests
+        grew = self._increase("retracted_requests", scrape, per_dp_rank=True)
         weight = grew
         if "retracted_requests" not in scrape.counters:
             # per scheduler, as the log's retraction lines are counted: the TP ranks of a DP rank retract the
@@ -146,11 +148,12 @@ class ScrapeFeed(StatePart):
             self.retractions_total += 1
             self.retracted_requests_total += round(grew)
 
-    def _increase(self, name: str, scrape) -> float | None:
+    def _increase(self, name: str, scrape, per_dp_rank: bool = False) -> float | None:
         """How much SGLang's counter `name` grew since the last scrape that had it, as Prometheus' increase()
         counts: per series, a value below the last one is a reset (the server restarted and counts from 0
         again, so all of the new value is growth), never a decrease; a series seen for the first time only
-        sets its base. None when the scrape lacks the counter or this is its first sight."""
+        sets its base. None when the scrape lacks the counter or this is its first sight. `per_dp_rank`: the
+        largest growth among the series of one dp_rank, summed over dp_ranks (as the native rules count)."""
         series = scrape.counter_series.get(name)
         if series is None:
             if name not in scrape.counters:
@@ -162,12 +165,14 @@ class ScrapeFeed(StatePart):
         self._last_counter[name] = kept
         if last is None:
             return None
-        grew = 0.0
+        growth: dict = {}
         for key, value in kept.items():
             prev = last.get(key)
             if prev is not None:
-                grew += value - prev if value >= prev else value
-        return grew
+                group = dict(key).get("dp_rank") if per_dp_rank else key
+                step = value - prev if value >= prev else value
+                growth[group] = max(growth.get(group, 0.0), step) if per_dp_rank else step
+        return float(sum(growth.values()))
 
     def forget_scrape(self) -> None:
         """SGLang's /metrics has failed for longer than the staleness time: what it alone told us is no longer
