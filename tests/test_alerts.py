@@ -309,7 +309,7 @@ def test_catalog_alerts_all_present():
             assert r["for"] == s.alert.for_
             assert r["annotations"]["summary"] == s.alert.summary
             assert r["annotations"]["description"] == s.alert.description
-            assert r["annotations"]["runbook_url"] == s.runbook_url
+            assert r["annotations"]["runbook_url"] == f"{catalog.RUNBOOK_BASE}/{s.alert.name}.md"
             assert f'signal="{s.id}"' in r["expr"]
 
 
