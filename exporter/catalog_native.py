@@ -329,7 +329,8 @@ def signal_sources() -> dict[str, dict]:
         if groups is None:
             out[s.id] = {"log": logs, "metrics": (), "releases": "none"}
             continue
-        names = tuple(n for g in groups for v in g for n in native_metric_names(v))
+        # a value in two groups (paused requests in kv_pressure) is named once
+        names = tuple(dict.fromkeys(n for g in groups for v in g for n in native_metric_names(v)))
         ok = [r for r in all_releases if all(set(g) & values_in(r) for g in groups)]
         out[s.id] = {"log": logs, "metrics": names, "releases": _ranges(ok, all_releases)}
     return out

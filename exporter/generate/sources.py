@@ -42,6 +42,10 @@ def signal_sources_md() -> str:
              + ", ".join(f"`{s.id}`" for s in catalog.SIGNALS if SIGNAL_METRICS.get(s.id) is None) + " need: with "
              "`/metrics` as the only source they are unknown (`long_prompts_dominate` still reads time to first "
              "token and queue wait from `/metrics` when it is scraped beside the log).", "",
+             "Retractions count differently per source: a log counts retraction *events* (one `Retract "
+             "requests` record per scheduler group), `/metrics` counts retracted *requests* (the counter's "
+             "growth, once per DP rank: its TP ranks repeat the same requests), as the native alert rules do; "
+             "the `per_minute` thresholds apply to either. With both sources the log's count is judged.", "",
              "| signal | from logs | from /metrics (one of each group) | releases whose /metrics alone feeds it |",
              "|---|---|---|---|"]
     sources = signal_sources()

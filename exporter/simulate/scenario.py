@@ -42,7 +42,7 @@ class Phase:
     duration: float = 60.0
     queue: object = (200, 1200)          # number or (lo, hi)
     running: object = (150, 200)
-    token_usage: object = (0.90, 0.96)
+    token_usage: object = (0.90, 0.945)   # under kv_pressure's 0.95: a default phase is a healthy one
     gen_throughput: object = None        # None: running / itl
     cuda_graph: bool | None = None       # None: True when running <= cuda_graph_max_bs and graphs enabled
     retractions_per_minute: float = 0.0

@@ -152,8 +152,9 @@ class ScrapeFeed(StatePart):
         """How much SGLang's counter `name` grew since the last scrape that had it, as Prometheus' increase()
         counts: per series, a value below the last one is a reset (the server restarted and counts from 0
         again, so all of the new value is growth), never a decrease; a series seen for the first time only
-        sets its base. None when the scrape lacks the counter or this is its first sight. `per_dp_rank`: the
-        largest growth among the series of one dp_rank, summed over dp_ranks (as the native rules count)."""
+        sets its base. None when the scrape lacks the counter or this is its first sight. `per_dp_rank`: series
+        that differ only in tp_rank/pp_rank are one scheduler group's and count once (the largest growth among
+        them); other labels (dp_rank, is_streaming, ...) still add up, as the native rules count."""
         series = scrape.counter_series.get(name)
         if series is None:
             if name not in scrape.counters:
@@ -169,7 +170,7 @@ class ScrapeFeed(StatePart):
         for key, value in kept.items():
             prev = last.get(key)
             if prev is not None:
-                group = dict(key).get("dp_rank") if per_dp_rank else key
+                group = tuple(kv for kv in key if kv[0] not in _TP_PP) if per_dp_rank else key
                 step = value - prev if value >= prev else value
                 growth[group] = max(growth.get(group, 0.0), step) if per_dp_rank else step
         return float(sum(growth.values()))
@@ -224,6 +225,10 @@ def scrape_sample(ranks: dict) -> dict:
             "evictable": total("kv_evictable_tokens"), "capacity": total("max_total_num_tokens"),
             "paused": total("paused"), "spec": sum(spec) / len(spec) if spec else None,
             "pd": sum(pd) if pd else None}
+
+
+# ranks of one scheduler group: they report the same requests
+_TP_PP = ("tp_rank", "pp_rank")
 
 
 def leaders(ranks: dict) -> dict:
