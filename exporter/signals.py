@@ -68,12 +68,10 @@ class Evaluator:
         logs_only = sources.log_up and not sources.metrics_up and not state.metrics_seen
         for sid, severity, window, judge, p in self._plan:
             if gate:
-                said = self._missing(sid, state)
+                said = self._missing(sid, state) or judge(state, p, sources, now, window)
             elif logs_only and sid in METRICS_ONLY:
                 said = _NO_METRICS
             else:
-                said = None
-            if said is None:
                 said = judge(state, p, sources, now, window)
             seen = last.get(sid)
             if seen is None or seen[0] != said:
