@@ -43,6 +43,14 @@ def reconcile(judgements: dict[str, Judgement], server_args: dict, memory_config
               facts: dict | None = None) -> list[Recommendation]:
     """facts (engine.advice_facts): `startup_oom_stage` picks a start-up OOM's advice, `graph_off_peak` is the
     largest decode batch that ran without CUDA graph, `kv_full` whether a KV cache pool is full now."""
+    return _reconcile(judgements, server_args, memory_config, headroom_bytes, total_gpu_bytes, facts,
+                      flags.infer_release(server_args))
+
+
+def _reconcile(judgements: dict[str, Judgement], server_args: dict, memory_config: dict,
+               headroom_bytes: float | None, total_gpu_bytes: float | None, facts: dict | None,
+               release: tuple[str, str] | None) -> list[Recommendation]:
+    """reconcile() for the release its server_args tell (flags.infer_release, which reads only their keys)."""
     facts = facts or {}
     stage = facts.get("startup_oom_stage") or "unknown"
     by_flag: dict[str, list[tuple[str, Advice]]] = {}
@@ -81,7 +89,6 @@ def reconcile(judgements: dict[str, Judgement], server_args: dict, memory_config
                              total_gpu_bytes, set(_ids(agree)))
         out.append(Recommendation(flag, winner.action, current, suggested, _ids(agree), _severity(agree),
                                   reason))
-    release = flags.infer_release(server_args)
     out = [_spelled(r, release) for r in out]
     out.sort(key=lambda r: (-_SEVERITY_RANK[r.severity], r.flag))
     return out
@@ -104,17 +111,29 @@ def _spelled(rec: Recommendation, release: tuple[str, str] | None) -> Recommenda
 class Reconciler:
     """reconcile() that remembers its last answer. The engine calls it at every evaluation, and what advice
     depends on changes rarely: the firing signals, the current value of each flag they advise on, the
-    headroom and the GPU size. When none of those changed, the last answer (a fresh list) is the answer."""
+    headroom and the GPU size. When none of those changed, the last answer (a fresh list) is the answer.
+    server_args is taken to be replaced when its keys change (ServerState never adds or removes keys in place;
+    its values may change in place): its keys, and the release they tell, are read again only then."""
 
     def __init__(self):
         self._key: list | None = None
         self._advice: list[Recommendation] = []
+        self._args: tuple = ({}, (), None)   # the last server_args, its keys and the release they tell
 
     def __call__(self, judgements: dict[str, Judgement], server_args: dict, memory_config: dict,
                  headroom_bytes: float | None = None, total_gpu_bytes: float | None = None,
                  facts: dict | None = None) -> list[Recommendation]:
-        firing = tuple(sid for sid, j in judgements.items() if j.firing)
-        key: list = [firing, headroom_bytes, total_gpu_bytes, facts, tuple(server_args)]   # keys tell the release
+        firing = tuple([sid for sid, j in judgements.items() if j.firing])
+        # the keys tell the release; copying a few hundred keys (and inferring the release on every change of
+        # advice) cost an evaluation more than its judges
+        args, names, release = self._args
+        if args is not server_args or len(names) != len(server_args):
+            keys = tuple(server_args)
+            if keys != names:
+                release = flags.infer_release(server_args)
+            names = keys
+            self._args = (server_args, names, release)
+        key: list = [firing, headroom_bytes, total_gpu_bytes, facts, names]
         for name in _arg_names(firing):         # what _current() reads
             v = server_args.get(name)
             if v is None:
@@ -122,8 +141,8 @@ class Reconciler:
             key += (v.__class__, v)             # the type too: 1 and 1.0 are equal but print differently
         if key != self._key:
             self._key = key
-            self._advice = reconcile(judgements, server_args, memory_config, headroom_bytes, total_gpu_bytes,
-                                     facts)
+            self._advice = _reconcile(judgements, server_args, memory_config, headroom_bytes, total_gpu_bytes,
+                                      facts, release)
         return list(self._advice)
 
 

@@ -8,7 +8,7 @@ SIGNAL_METRICS) is unknown with that reason, and its Judgement says `unsupported
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from exporter.catalog import SIGNALS
 from exporter.catalog_native import METRICS_ONLY, missing_metrics
@@ -36,6 +36,20 @@ class Judgement:
                                    # /metrics lacks its inputs, or it is read from logs only)
 
 
+def _judgement(sid: str, severity: str, firing, value, detail: str, cause, unsupported: bool) -> Judgement:
+    """Judgement(...), equal in every way, without the frozen dataclass's __init__: it sets each field with
+    object.__setattr__, which costs four times filling the instance's dict, and a few Judgements are built
+    at every evaluation (a window's counts move)."""
+    j = _new(Judgement)
+    d = j.__dict__
+    d["id"], d["severity"], d["firing"], d["value"] = sid, severity, firing, value
+    d["detail"], d["cause"], d["unsupported"] = detail, cause, unsupported
+    return j
+
+
+_new = object.__new__
+assert [f.name for f in fields(Judgement)] == ["id", "severity", "firing", "value", "detail", "cause",
+                                               "unsupported"], "_judgement sets every field of Judgement"
 _NO_METRICS = (None, None, "read from SGLang's /metrics only, and it is not scraped (no --sglang-url, or never "
                "reached)", None, True)
 
@@ -68,21 +82,19 @@ class Evaluator:
         logs_only = sources.log_up and not sources.metrics_up and not state.metrics_seen
         for sid, severity, window, judge, p in self._plan:
             if gate:
-                said = self._missing(sid, state)
+                said = self._missing(sid, state) or judge(state, p, sources, now, window)
             elif logs_only and sid in METRICS_ONLY:
                 said = _NO_METRICS
             else:
-                said = None
-            if said is None:
                 said = judge(state, p, sources, now, window)
             seen = last.get(sid)
             if seen is None or seen[0] != said:
                 firing, value, detail = said[:3]
                 if detail.__class__ is not str:
                     detail = detail[0].format(*detail[1:])
-                seen = last[sid] = (said, Judgement(sid, severity, firing, value, detail,
-                                                    said[3] if len(said) > 3 else None,
-                                                    len(said) > 4 and said[4]))
+                seen = last[sid] = (said, _judgement(sid, severity, firing, value, detail,
+                                                     said[3] if len(said) > 3 else None,
+                                                     len(said) > 4 and said[4]))
                 changed.append(sid)
             out[sid] = seen[1]
         return out

@@ -53,13 +53,33 @@ def line_reader(kind: str, text: str, fields: dict):
                 return None
         except ValueError:
             return None
-        spans[name] = (slice(start, end), conv)
-    main = [spans.get(name) for name in _READS[kind]]
-    pd = [spans[name][0] for name in PD_FIELDS if name in spans]
+        spans[name] = (start, end, conv)
+    main = tuple(spans.get(name) for name in _READS[kind])
+    return _reader(main, tuple(spans[name][:2] for name in PD_FIELDS if name in spans))
 
-    def read(text: str) -> tuple:
-        return (*(None if s is None else s[1](text[s[0]]) for s in main),
-                sum(int(text[s]) for s in pd) if pd else None)
+
+_READERS: dict[tuple, object] = {}     # (main spans, PD spans) -> their reader, shared by layouts alike
+
+
+def _reader(main: tuple, pd: tuple):
+    """`read(text)` of a layout: each number of `main` ((start, end, int or float) or None) and the sum of the
+    `pd` numbers ((start, end), integers), sliced at those offsets by a generated expression (a leader's prefill
+    line is read at every line; generators per call cost it more than its numbers). The slices are globals of
+    the function, as in grammar.layouts: `text[a:b]` would build the slice at every call."""
+    read = _READERS.get((main, pd))
+    if read is None:
+        namespace: dict = {}
+
+        def number(at: tuple, conv) -> str:
+            name = f"s{len(namespace)}"
+            namespace[name] = slice(at[0], at[1])
+            return f"{conv.__name__}(text[{name}])"
+        code = [number(at, at[2]) if at else "None" for at in main]
+        code.append(" + ".join(number(at, int) for at in pd) if pd else "None")
+        exec(f"def read(text):\n    return ({', '.join(code)},)\n", namespace)  # noqa: S102 - built above
+        if len(_READERS) >= 4096:
+            _READERS.clear()
+        read = _READERS[(main, pd)] = namespace["read"]
     return read
 
 
