@@ -23,6 +23,7 @@ from exporter.catalog_metrics import (  # noqa: F401 - re-exported
     SIGNAL_VALUE_METRICS,
     MetricSpec,
     signal_value_metric,
+    signal_value_unit,
 )
 from exporter.catalog_model import (  # noqa: F401 - re-exported
     DEFAULT_PROFILE,

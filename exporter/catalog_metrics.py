@@ -54,6 +54,11 @@ def signal_value_metric(unit: str) -> tuple[str, float]:
                        f"SIGNAL_VALUE_METRICS (known: {', '.join(SIGNAL_VALUE_METRICS)})") from None
 
 
+def signal_value_unit(unit: str) -> str:
+    """The unit suffix of that family as exposed (ratio, bytes, seconds, per_second, number)."""
+    return signal_value_metric(unit)[0].removeprefix(f"{NS}_signal_value_")
+
+
 METRICS: tuple[MetricSpec, ...] = (
     # health judgements
     MetricSpec(f"{NS}_signal_firing", "gauge", "1 when the health signal fires, 0 when it does not; absent "

@@ -272,7 +272,7 @@ def _signal_page(a, settings, native=False) -> str:
     if not native:
         value_metric = catalog.signal_value_metric(s.value_unit)[0]
         lines += ["1. Confirm what the sidecar judged (value in the signal's unit: "
-                  f"{value_metric.removeprefix(catalog.NS + '_signal_value_')}), and the advice it derived with "
+                  f"{catalog.signal_value_unit(s.value_unit)}), and the advice it derived with "
                   "the flag's current value:", "",
                   *_promql_block([f"{value_metric}{sel_sig}",
                                   f"sglang_exporter_signal_known{sel_sig}",

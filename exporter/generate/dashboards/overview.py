@@ -1,7 +1,7 @@
 """The overview dashboard's panels: headline numbers, every signal's state, failure causes and tuning advice."""
 from __future__ import annotations
 
-from exporter.catalog import NS, SIGNAL_VALUE_METRICS, SIGNALS
+from exporter.catalog import NS, SIGNAL_VALUE_METRICS, SIGNALS, signal_value_unit
 from exporter.generate.dashboards.model import DashboardSpec, Limits, Panel, Target, gib, num, row
 from exporter.generate.dashboards.queries import EXPORTER_SELECTOR, PER_SERVER, exported, rank_max
 
@@ -10,11 +10,6 @@ TITLE = "SGLang / Overview"
 DESCRIPTION = ("Health signals, tuning advice and headline numbers of SGLang servers, from sglang-exporter. "
                "Generated from the signal catalog; do not edit by hand.")
 
-
-
-def _value_unit(signal) -> str:
-    """The unit suffix of the family carrying the signal's judged value (ratio, bytes, seconds, ...)."""
-    return SIGNAL_VALUE_METRICS[signal.value_unit][0].removeprefix(NS + "_signal_value_")
 
 def _table_columns(*labels: str, **renamed: str) -> dict:
     """A table's organize step: hide Time and Value, title-case the server labels and `labels`."""
@@ -120,7 +115,7 @@ def _signal_panels() -> list[Panel]:
               organize=_table_columns("flag", "action", "current", "suggested", "signals")),
         Panel("Signal details", "table", "short", width=16, height=8,
               shows="Per signal: firing or not, the value it judges (unit per signal: "
-                    + "; ".join(f"{signal.id} {_value_unit(signal)}" for signal in SIGNALS)
+                    + "; ".join(f"{signal.id} {signal_value_unit(signal.value_unit)}" for signal in SIGNALS)
                     + ") and how long it has been in its current state.",
               good="firing 0 everywhere; long durations in the ok state.",
               bad="a signal that flips state every few minutes sits on its threshold: tune the threshold in "
