@@ -223,7 +223,8 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
                        facts)
     verdict_name, verdict_reason = verdict((s["id"] for s in signals if s["fired"]),
                                            (s["id"] for s in signals if s.get("known")),
-                                           _missing(st, stats, first))
+                                           _missing(st, stats, first),
+                                           (s["id"] for s in signals if not s.get("known")))
     unparsed: dict = {}
     for sp in stats:
         for reason, n in sp.parser.unparsed.items():

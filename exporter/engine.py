@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exporter.advice import KV_FULL, Recommendation, Reconciler
-from exporter.catalog import FAILURE_IDS
+from exporter.catalog import FAILURE_IDS, SIGNALS
 from exporter.config import Config
 from exporter.ingest.events import Event
 from exporter.signals import Evaluator, Judgement, Sources
@@ -142,13 +142,17 @@ SERVING_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused
 
 # Of those, the ones judged over a window of samples: a report says healthy only once one of them was judged.
 WINDOW_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "latency_high")
+# signals whose alert pages: a healthy verdict says when one of them cannot be judged
+PAGING_IDS = frozenset(s.id for s in SIGNALS if s.alert and s.alert.page)
 
 
-def verdict(fired, known, missing: str = "") -> tuple[str, str]:
+def verdict(fired, known, missing: str = "", unknown=()) -> tuple[str, str]:
     """(verdict, why) from the signals that fired and those that could be judged.
 
     failed: a failure signal fired; problems: another signal fired; healthy: a window of batch samples was
-    judged and nothing fired; insufficient data: nothing fired and too little was judged (the reason says what)."""
+    judged and nothing fired; insufficient data: nothing fired and too little was judged (the reason says what).
+    A healthy verdict names the paging signals among `unknown` (active but not judgeable): a metrics-only view
+    of an old release cannot see a retraction storm, and "healthy" must not read as "no storm"."""
     fired, known = set(fired), set(known)
     failures = [sid for sid in FAILURE_IDS if sid in fired]
     if failures:
@@ -156,7 +160,9 @@ def verdict(fired, known, missing: str = "") -> tuple[str, str]:
     if fired:
         return "problems", ", ".join(sorted(fired))
     if any(sid in known for sid in WINDOW_SIGNALS):
-        return "healthy", f"{len(known)} signals judged, none fired"
+        blind = sorted(set(unknown) & PAGING_IDS)
+        return "healthy", f"{len(known)} signals judged, none fired" + (
+            f"; cannot be judged here: {', '.join(blind)}" if blind else "")
     if any(sid in known for sid in SERVING_SIGNALS):
         # a batch line or two judge CUDA graph and stalls, not the queue or the KV cache: not enough to say healthy
         return "insufficient data", (f"too few batch samples to judge the queue and the KV cache; {len(known)} "

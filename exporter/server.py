@@ -47,7 +47,8 @@ def signals_document(view, runbook_base: str = RUNBOOK_BASE) -> dict:
         })
     name, why = verdict((j.id for j in snap.judgements.values() if j.firing),
                         (j.id for j in snap.judgements.values() if j.firing is not None),
-                        next((j.detail for sid, j in snap.judgements.items() if sid in SERVING_SIGNALS), ""))
+                        next((j.detail for sid, j in snap.judgements.items() if sid in SERVING_SIGNALS), ""),
+                        (j.id for j in snap.judgements.values() if j.firing is None))
     return {"version": view.version, "profile": view.profile, "time": snap.now, "model": view.model,
             "format_family": view.format_family, "verdict": name, "verdict_reason": why, "signals": signals,
             "advice": [r.to_json() for r in snap.advice], "server": view.server,

@@ -132,6 +132,9 @@ def test_verdict_rules():
     assert verdict(["queue_below_range", "server_crashed"], ["stalled"]) == ("failed", "server_crashed")
     assert verdict(["retraction_storm"], ["retraction_storm"])[0] == "problems"
     assert verdict([], ["queue_above_range", "stalled"])[0] == "healthy"
+    # healthy, but a paging signal this view cannot judge (metrics-only, an old release) is named, not hidden
+    name, why = verdict([], ["queue_above_range"], unknown=["retraction_storm", "spec_accept_low"])
+    assert name == "healthy" and why.endswith("; cannot be judged here: retraction_storm")
     # judged but not a serving signal: a log of start-up lines only is not "healthy"
     assert verdict([], ["gpu_headroom_low", "server_crashed"], "no batch lines") == \
         ("insufficient data", "no batch lines")
