@@ -65,39 +65,73 @@ class Evaluator:
     (template, *args). Each signal's last judgement is kept: when its judge says the same again, that
     Judgement object is returned again. The answer is equal either way (judges give values as floats or
     None, so == is exact); an unchanged judgement is just not rebuilt, and `changed` (the signals whose
-    judgement was built anew by the last call) lets the engine skip the others in the history."""
+    judgement was built anew by the last call) lets the engine skip the others in the history.
+
+    An evaluation costs mostly its loop over the signals, so the loop does as little as it can: the answer
+    is a copy of the last one with the changed judgements replaced, and the signals whose answer is fixed by
+    the sources (read from /metrics only, and logs alone are up) are judged once, when that mode begins."""
 
     def __init__(self, params: dict):
         self._plan = tuple((s.id, s.severity, s.window_seconds, _JUDGES[s.id], params[s.id])
-                           for s in SIGNALS if params.get(s.id) is not None)
-        self._last: dict[str, tuple] = {}      # signal id -> (what its judge said, the Judgement)
+                              for s in SIGNALS if params.get(s.id) is not None)
+        # signal id -> [what its judge said last, that Judgement]; the plans' entries share these lists
+        self._seen: dict[str, list] = {sid: [None, None] for sid, *_ in self._plan}
+        # the last answer, in catalog order (its values are set by the first call)
+        self._out: dict[str, Judgement] = dict.fromkeys(self._seen)  # type: ignore[assignment]
+        self._mode: tuple | None = None
+        self._judging: tuple = ()   # _plan_for(the current mode)
         self._gates: dict[tuple, tuple | None] = {}    # _missing's answers
         self.changed: list[str] = []
 
     def __call__(self, state: ServerState, sources: Sources, now: float) -> dict[str, Judgement]:
-        out = {}
-        last = self._last
-        self.changed = changed = []
         gate = not state.log_fed and sources.metrics_up and not sources.log_up
         logs_only = sources.log_up and not sources.metrics_up and not state.metrics_seen
-        for sid, severity, window, judge, p in self._plan:
-            if gate:
-                said = self._missing(sid, state) or judge(state, p, sources, now, window)
-            elif logs_only and sid in METRICS_ONLY:
-                said = _NO_METRICS
-            else:
-                said = judge(state, p, sources, now, window)
-            seen = last.get(sid)
-            if seen is None or seen[0] != said:
-                firing, value, detail = said[:3]
-                if detail.__class__ is not str:
-                    detail = detail[0].format(*detail[1:])
-                seen = last[sid] = (said, _judgement(sid, severity, firing, value, detail,
-                                                     said[3] if len(said) > 3 else None,
-                                                     len(said) > 4 and said[4]))
-                changed.append(sid)
-            out[sid] = seen[1]
+        out = self._out.copy()
+        changed: list[str] = []
+        self.changed = changed
+        if (gate, logs_only) != self._mode:
+            self._mode = (gate, logs_only)
+            self._judging = self._plan_for(gate, logs_only)
+            for sid, severity, *_ in self._plan:     # the fixed answers, once per mode
+                if logs_only and sid in METRICS_ONLY:
+                    self._take(sid, severity, _NO_METRICS, out, changed)
+        take = self._take
+        for sid, severity, judge, p, window, seen in self._judging:
+            said = judge(state, p, sources, now, window)
+            if said != seen[0]:
+                take(sid, severity, said, out, changed)
+        self._out = out
         return out
+
+    def _take(self, sid: str, severity: str, said: tuple, out: dict, changed: list) -> None:
+        """A signal's judge said something new: its Judgement is built, kept and put in `out`."""
+        seen = self._seen[sid]
+        if said == seen[0]:
+            return
+        firing, value, detail = said[:3]
+        if detail.__class__ is not str:
+            detail = detail[0].format(*detail[1:])
+        seen[0], seen[1] = said, _judgement(sid, severity, firing, value, detail,
+                                            said[3] if len(said) > 3 else None, len(said) > 4 and said[4])
+        out[sid] = seen[1]
+        changed.append(sid)
+
+    def _plan_for(self, gate: bool, logs_only: bool) -> tuple:
+        """(id, severity, judge, thresholds, window, its [said, Judgement]) of each signal judged in this mode:
+        with /metrics alone, a judge runs only when the scrape carries the signal's inputs (_missing)."""
+        plan = []
+        for sid, severity, window, judge, p in self._plan:
+            if logs_only and sid in METRICS_ONLY:
+                continue
+            if gate:
+                judge = self._gated(sid, judge)
+            plan.append((sid, severity, judge, p, window, self._seen[sid]))
+        return tuple(plan)
+
+    def _gated(self, sid: str, judge):
+        def gated(state, p, sources, now, window):
+            return self._missing(sid, state) or judge(state, p, sources, now, window)
+        return gated
 
     def _missing(self, sid: str, state: ServerState) -> tuple | None:
         """/metrics alone feeds the state: (unknown, reason, unsupported) when the scrape lacks the signal's

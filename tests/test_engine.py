@@ -2,6 +2,7 @@
 exactly what a fresh evaluation of every signal, every time, answers."""
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 
 import pytest
@@ -9,10 +10,11 @@ import pytest
 from exporter.advice import reconcile
 from exporter.catalog import PROFILES
 from exporter.config import Config
-from exporter.engine import Engine
+from exporter.engine import Engine, Snapshot, _snapshot
 from exporter.ingest.pipeline import iter_file_events
-from exporter.signals import evaluate
+from exporter.signals import Judgement, evaluate
 from exporter.simulate import Simulator, load_scenario
+from exporter.state import ServerState
 
 
 class FreshEvaluator:
@@ -64,3 +66,67 @@ def test_remembered_evaluation_equals_fresh_evaluation(tmp_path, scenario, profi
     check(now)
     assert eng.history == ref.history
     assert evaluations > 100
+
+
+@pytest.mark.parametrize("log_fed", [True, False])
+def test_remembered_evaluation_follows_the_sources_changing(tmp_path, log_fed):
+    """The Evaluator plans its judges per mode (logs only, /metrics only, both): switching sources back and
+    forth gives what a fresh evaluation gives, the fixed answers of a mode included."""
+    log = tmp_path / "storm.log"
+    Simulator(load_scenario("retraction_storm"), start=datetime(2025, 8, 11, 17), seed=1).write_log(log)
+    config = Config()
+    eng, ref = Engine(config, log_fed=log_fed), fresh_engine(config)
+    ref.state.log_fed = log_fed
+    modes = [(True, False), (True, True), (False, True), (False, False), (True, False), (False, True)]
+    seen_modes = set()
+    for i, ev in enumerate(iter_file_events(str(log), config.max_line_bytes)):
+        if i % 50 == 0:
+            log_up, metrics_up = modes[(i // 50) % len(modes)]
+            for e in (eng, ref):
+                e.set_sources(log_up=log_up, metrics_up=metrics_up)
+            seen_modes.add((log_up, metrics_up))
+        if i % 5 == 0:
+            a, b = eng.evaluate(ev.ts), ref.evaluate(ev.ts)
+            assert a.judgements == b.judgements and list(a.judgements) == list(b.judgements), (i, ev.ts)
+            assert a.advice == b.advice
+        eng.ingest(ev, ev.ts)
+        ref.ingest(ev, ev.ts)
+    assert seen_modes == set(modes)
+    assert eng.history == ref.history
+
+
+def test_expire_drops_what_every_window_drops():
+    """ServerState.expire calls a window's expire only when its oldest entry is due: the windows end up as
+    if each had expired itself, out-of-order pushes included."""
+    state = ServerState(Config().signal_params())
+    times = [100.0, 100.5, 130.0, 99.0, 400.0, 401.2, 700.0, 650.0, 1000.0]
+    for t in times:
+        state.samples.push(t, True)
+        state.tuning.prefix.window.push(t, False)
+        state.tuning.pd.window.push(t, True)
+        state.tuning.spec.push(t, 3.0)
+        state.retractions.push(t)
+        state.ooms["decode"].push(t)
+        state.watchdogs.push(t)
+    windows = ("samples", "retractions", "watchdogs")
+
+    def contents(st):
+        hit = [(list(w.starts), list(w.items), list(w.tally), list(w._gone)) for w in
+               (st.samples, st.tuning.prefix.window, st.tuning.chunked.window, st.tuning.pd.window)]
+        timed = [list(w.items) for w in (st.retractions, *st.ooms.values(), st.watchdogs, st.tuning.spec)]
+        return hit, timed
+    for now in (150.0, 399.0, 405.0, 699.5, 950.0, 1000.0, 1250.0, 1400.0, 5000.0):
+        ref = copy.deepcopy(state)
+        for name in windows:
+            getattr(ref, name).expire(now)
+        for w in (*ref.ooms.values(), ref.tuning.prefix.window, ref.tuning.chunked.window, ref.tuning.pd.window,
+                  ref.tuning.spec):
+            w.expire(now)
+        state.expire(now)
+        assert contents(state) == contents(ref), now
+    assert not state.retractions.items and not state.samples.starts
+
+
+def test_snapshot_without_init_equals_snapshot():
+    j = {"stalled": Judgement("stalled", "critical", True, 3.0, "x")}
+    assert _snapshot(5.0, j, [], {}) == Snapshot(5.0, j, [], {})

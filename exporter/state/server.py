@@ -83,6 +83,10 @@ class ServerState(StartupFacts, ScrapeFeed):
         self.retractions = TimeWindow(max(window["retractions_frequent"], window["retraction_storm"]))
         self.ooms = {"prefill": TimeWindow(window["oom_prefill"]), "decode": TimeWindow(window["oom_decode"])}
         self.watchdogs = TimeWindow(window["stalled"])
+        # every window expire() drops from (each is made once here: a new epoch clears them in place)
+        t = self.tuning
+        self._hit_windows = (self.samples, t.prefix.window, t.chunked.window, t.pd.window)
+        self._time_windows = (self.retractions, *self.ooms.values(), self.watchdogs, t.spec)
         self.histograms: dict[str, Histogram] = {}
         self.latency_window = window["latency_high"]
         # counters: never go backwards, across restarts too
@@ -398,15 +402,20 @@ class ServerState(StartupFacts, ScrapeFeed):
 
     # ------------------------------------------------------------------ time
     def expire(self, now: float) -> None:
-        self.samples.expire(now)
-        self.tuning.expire(now)
+        """Drop what left the windows by `now`. Called at every evaluation, and most windows have nothing due
+        then (their oldest bucket or event is newer than their edge): each is checked inline, with the test
+        its own expire() starts with, and expire() is called only for those that have something to drop."""
+        for w in self._hit_windows:
+            starts = w.starts
+            if starts and starts[0] < now - w.seconds:
+                w.expire(now)
+        for tw in self._time_windows:
+            items = tw.items
+            if items and items[0][0] < now - tw.seconds:
+                tw.expire(now)
         edge = now - self.scrape_window
         while self.scrape_samples and self.scrape_samples[0][0] < edge:
             self.scrape_samples.popleft()
-        self.retractions.expire(now)
-        for w in self.ooms.values():
-            w.expire(now)
-        self.watchdogs.expire(now)
 
     def retractions_per_minute(self, now: float, window: float) -> float:
         """Retraction events per minute over the last `window` seconds (full-window denominator: a burst

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Instructions per evaluation of `analyze` (Engine.evaluate every 5 s of log time), counted by valgrind.
+
+    python bench/evaluations.py [--lines 20000] [--seed 1] [--root DIR] [--layout sglang|custom]
+
+`analyze` runs twice on the same generated log under callgrind: with the default evaluation interval, and with
+one longer than the log (a single evaluation, at its end). The difference, divided by the difference in
+evaluations, is the cost of one evaluation (window expiry, the judges, history, advice), start-up and the
+per-line work taken out. Instruction counts, not seconds: the machine is shared (see instructions.py). Needs
+valgrind.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from instructions import instructions  # noqa: E402  (bench/ is not a package)
+
+# analyze with an evaluation interval; prints how many evaluations ran (counted by wrapping Engine.evaluate)
+CODE = """from exporter import engine
+from exporter.analyze import analyze
+from exporter.config import Config
+calls = [0]
+evaluate = engine.Engine.evaluate
+def counted(self, now):
+    calls[0] += 1
+    return evaluate(self, now)
+engine.Engine.evaluate = counted
+analyze([LOG], Config(evaluate_interval={interval}), progress=False)
+print(calls[0])
+"""
+
+
+def evaluations(root: str, log: Path, interval: float) -> int:
+    script = f"import sys\nsys.path.insert(0, {root!r})\nLOG = {str(log)!r}\n" + CODE.format(interval=interval)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lines", type=int, default=20000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--root", default=str(HERE.parent), help="the checkout to measure (default: this one)")
+    ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang")
+    a = ap.parse_args(argv)
+    if not shutil.which("valgrind"):
+        print("valgrind not installed (apt-get install -y valgrind)", file=sys.stderr)
+        return 2
+    import genlog
+    with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:
+        log = Path(tmp) / "bench.log"
+        genlog.write(a.lines, str(log), seed=a.seed, layout=a.layout)
+        counts, cost = {}, {}
+        for interval in (5.0, 1e12):
+            counts[interval] = evaluations(a.root, log, interval)
+            cost[interval] = instructions(a.root, CODE.format(interval=interval), log, tmp)
+        n = counts[5.0] - counts[1e12]
+        per = (cost[5.0] - cost[1e12]) / n
+        print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}")
+        print(f"{counts[5.0]:,} evaluations: {per:,.0f} instructions each, {per * n / a.lines:,.0f} per line")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
