@@ -122,8 +122,11 @@ class Reconciler:
 
     def __call__(self, judgements: dict[str, Judgement], server_args: dict, memory_config: dict,
                  headroom_bytes: float | None = None, total_gpu_bytes: float | None = None,
-                 facts: dict | None = None) -> list[Recommendation]:
-        firing = tuple([sid for sid, j in judgements.items() if j.firing])
+                 facts: dict | None = None, firing: tuple[str, ...] | None = None) -> list[Recommendation]:
+        """`firing`: the ids of the firing judgements in their order, when the caller has them (the Evaluator
+        keeps them between changes)."""
+        if firing is None:
+            firing = tuple([sid for sid, j in judgements.items() if j.firing])
         # the keys tell the release; copying a few hundred keys (and inferring the release on every change of
         # advice) cost an evaluation more than its judges
         args, names, release = self._args

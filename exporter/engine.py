@@ -97,14 +97,16 @@ class Engine:
         if st.observed_from is None:
             st.observed_from = now
         st.expire(now)
-        judgements = self._evaluate(st, self.sources, now)
-        for sid in self._evaluate.changed:    # an unchanged judgement was tracked already: nothing to record
+        evaluator = self._evaluate
+        judgements = evaluator(st, self.sources, now)
+        for sid in evaluator.changed:    # an unchanged judgement was tracked already: nothing to record
             j = judgements[sid]
             self._track(sid, j, now)
             if j.firing and j.cause is not None and sid in FAILURE_IDS:
                 self._failure(sid, j, now)
+        firing = evaluator.firing
         advice = self._reconcile(judgements, st.server_args, st.memory_config, st.headroom_bytes,
-                                 st.total_gpu_bytes, advice_facts(st, judgements))
+                                 st.total_gpu_bytes, _advice_facts(st, firing), firing=firing)
         self.last = _snapshot(now, judgements, advice, self.history)
         return self.last
 
@@ -188,17 +190,17 @@ def advice_facts(st: ServerState, judgements: dict | None = None) -> dict:
     """What advice needs beyond the judgements: the start-up OOM's stage, the largest decode batch that ran
     without CUDA graph, and whether a KV cache pool is full now. With `judgements`, only what the firing signals'
     advice reads (the reconciler's cache then holds while nothing relevant changes)."""
-    def firing(sid):
-        if judgements is None:
-            return True
-        j = judgements.get(sid)
-        return j is not None and j.firing
+    return _advice_facts(st, None if judgements is None else {sid for sid, j in judgements.items() if j.firing})
+
+
+def _advice_facts(st: ServerState, firing) -> dict:
+    """advice_facts() for the ids of the firing signals (None: all of them), as the Evaluator lists them."""
     out: dict = {}
-    if firing("startup_oom"):
+    if firing is None or "startup_oom" in firing:
         out["startup_oom_stage"] = st.failures.startup_oom_stage
-    if firing("cuda_graph_off_small_batch"):
+    if firing is None or "cuda_graph_off_small_batch" in firing:
         out["graph_off_peak"] = st.graph_off_peak
-    if firing("queue_below_range"):
+    if firing is None or "queue_below_range" in firing:
         ranks = st.schedulers() if st.log_fed else st.ranks
         usages = [rv.usage for rv in ranks.values() if rv.usage is not None]
         # only whether it is full: a usage that moves each evaluation would defeat the reconciler's cache

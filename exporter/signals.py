@@ -24,22 +24,41 @@ class Sources:
     metrics_up: bool = False
 
 
+class _Detail:
+    """Judgement.detail, formatted when first read. A judge's detail is a string or a (template, *args) tuple;
+    formatting it cost an evaluation as much as building its Judgement, and some Judgements are built anew
+    at every evaluation (a window's counts move) while their text is read only when someone shows it (the
+    API, a report). A Judgement keeps what its judge said and formats it once, on the first read. (A
+    descriptor-typed dataclass field: the dataclass's __init__, __eq__ and __repr__ go through it.)"""
+
+    def __get__(self, j, owner=None) -> str:
+        if j is None:
+            return ""                # the field's default
+        d = j.__dict__["detail"]
+        if d.__class__ is not str:
+            d = j.__dict__["detail"] = d[0].format(*d[1:])
+        return d
+
+    def __set__(self, j, value) -> None:
+        j.__dict__["detail"] = value
+
+
 @dataclass(frozen=True)
 class Judgement:
     id: str
     severity: str
     firing: bool | None      # None: cannot be judged now
     value: float | None
-    detail: str = ""
+    detail: str = _Detail()  # type: ignore[assignment]  # a str on every read (see _Detail)
     cause: tuple | None = None     # a firing failure signal's (cause class, cause line)
     unsupported: bool = False      # unknown because the only live source cannot feed it (the release's
                                    # /metrics lacks its inputs, or it is read from logs only)
 
 
-def _judgement(sid: str, severity: str, firing, value, detail: str, cause, unsupported: bool) -> Judgement:
+def _judgement(sid: str, severity: str, firing, value, detail, cause, unsupported: bool) -> Judgement:
     """Judgement(...), equal in every way, without the frozen dataclass's __init__: it sets each field with
     object.__setattr__, which costs four times filling the instance's dict, and a few Judgements are built
-    at every evaluation (a window's counts move)."""
+    at every evaluation (a window's counts move). `detail` may be a judge's (template, *args)."""
     j = _new(Judgement)
     d = j.__dict__
     d["id"], d["severity"], d["firing"], d["value"] = sid, severity, firing, value
@@ -82,6 +101,9 @@ class Evaluator:
         self._judging: tuple = ()   # _plan_for(the current mode)
         self._gates: dict[tuple, tuple | None] = {}    # _missing's answers
         self.changed: list[str] = []
+        # the firing signals of the last answer, in catalog order (what advice is about); None: to be listed
+        # again, because a judgement started or stopped firing
+        self.firing: tuple[str, ...] | None = None
 
     def __call__(self, state: ServerState, sources: Sources, now: float) -> dict[str, Judgement]:
         gate = not state.log_fed and sources.metrics_up and not sources.log_up
@@ -101,6 +123,8 @@ class Evaluator:
             if said != seen[0]:
                 take(sid, severity, said, out, changed)
         self._out = out
+        if self.firing is None:
+            self.firing = tuple([sid for sid, j in out.items() if j.firing])
         return out
 
     def _take(self, sid: str, severity: str, said: tuple, out: dict, changed: list) -> None:
@@ -109,8 +133,8 @@ class Evaluator:
         if said == seen[0]:
             return
         firing, value, detail = said[:3]
-        if detail.__class__ is not str:
-            detail = detail[0].format(*detail[1:])
+        if seen[1] is None or bool(seen[1].firing) != bool(firing):
+            self.firing = None
         seen[0], seen[1] = said, _judgement(sid, severity, firing, value, detail,
                                             said[3] if len(said) > 3 else None, len(said) > 4 and said[4])
         out[sid] = seen[1]

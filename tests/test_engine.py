@@ -3,6 +3,7 @@ exactly what a fresh evaluation of every signal, every time, answers."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from datetime import datetime
 
 import pytest
@@ -12,7 +13,7 @@ from exporter.catalog import PROFILES
 from exporter.config import Config
 from exporter.engine import Engine, Snapshot, _snapshot
 from exporter.ingest.pipeline import iter_file_events
-from exporter.signals import Judgement, evaluate
+from exporter.signals import Judgement, _judgement, evaluate
 from exporter.simulate import Simulator, load_scenario
 from exporter.state import ServerState
 
@@ -27,13 +28,14 @@ class FreshEvaluator:
     def __call__(self, state, sources, now):
         out = evaluate(state, self.params, sources, now)
         self.changed = list(out)
+        self.firing = tuple(sid for sid, j in out.items() if j.firing)
         return out
 
 
 def fresh_engine(config: Config) -> Engine:
     eng = Engine(config, log_fed=True)
     eng._evaluate = FreshEvaluator(eng.params)
-    eng._reconcile = reconcile
+    eng._reconcile = lambda *args, firing=None: reconcile(*args)
     return eng
 
 
@@ -89,6 +91,7 @@ def test_remembered_evaluation_follows_the_sources_changing(tmp_path, log_fed):
             a, b = eng.evaluate(ev.ts), ref.evaluate(ev.ts)
             assert a.judgements == b.judgements and list(a.judgements) == list(b.judgements), (i, ev.ts)
             assert a.advice == b.advice
+            assert eng._evaluate.firing == tuple(sid for sid, j in a.judgements.items() if j.firing)
         eng.ingest(ev, ev.ts)
         ref.ingest(ev, ev.ts)
     assert seen_modes == set(modes)
@@ -125,6 +128,18 @@ def test_expire_drops_what_every_window_drops():
         state.expire(now)
         assert contents(state) == contents(ref), now
     assert not state.retractions.items and not state.samples.starts
+
+
+def test_a_judgement_formats_its_detail_when_read():
+    """A judge's (template, *args) detail is formatted on the first read, into what Judgement(...) holds."""
+    lazy = _judgement("stalled", "critical", True, 3.0, ("no progress for {:.0f} s", 3.0), None, False)
+    assert lazy.__dict__["detail"] == ("no progress for {:.0f} s", 3.0)       # not formatted yet
+    eager = Judgement("stalled", "critical", True, 3.0, "no progress for 3 s")
+    assert lazy == eager and hash(lazy) == hash(eager) and repr(lazy) == repr(eager)
+    assert lazy.detail == "no progress for 3 s" and lazy.__dict__["detail"] == "no progress for 3 s"
+    assert Judgement("stalled", "critical", None, None).detail == ""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        eager.detail = "changed"  # type: ignore[misc]
 
 
 def test_snapshot_without_init_equals_snapshot():
