@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+from importlib import import_module
 
 from exporter import __version__
 from exporter.catalog import PROFILES
@@ -246,7 +247,8 @@ def cmd_demo(args) -> int:
     return run_demo(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; `command`, when known, is the one about to run (see `simulate` below)."""
     p = argparse.ArgumentParser(prog="sglang-exporter", description="Health signals, tuning advice, alerts and "
                                 "dashboards for SGLang servers, from their logs and /metrics.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -309,10 +311,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_generate)
 
     try:
-        from exporter import simulate
+        # the simulator's arguments need its package, a third of the start-up of `analyze` (which never uses
+        # it): another command gets the name only
+        simulate = import_module("exporter.simulate") if command in (None, "simulate") else None
         s = sub.add_parser("simulate", help="an SGLang stand-in: writes logs and serves /metrics for a scenario")
-        simulate.add_arguments(s)
-        s.set_defaults(func=simulate.main)
+        if simulate is not None:
+            simulate.add_arguments(s)
+            s.set_defaults(func=simulate.main)
     except ImportError:
         pass
 
@@ -326,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -11,8 +11,6 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlparse
 
-import yaml
-
 from exporter import catalog
 from exporter.catalog import DEFAULT_PROFILE, PROFILES, RUNBOOK_BASE
 
@@ -181,6 +179,7 @@ def _bool(value, where: str) -> bool:
 
 def _key_lines(text: str) -> dict[tuple, int]:
     """Line numbers (1-based) of mapping keys in a YAML document, by key path."""
+    import yaml
     lines: dict[tuple, int] = {}
 
     def walk(node, path):
@@ -235,6 +234,9 @@ def _load_file(path: str, problems: _Problems | None = None) -> tuple[dict, dict
             text = fh.read()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
+    # yaml is imported here, not at the top: most runs (analyze, parse) read no config file, and importing it
+    # is a tenth of their start-up
+    import yaml
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
