@@ -185,11 +185,9 @@ def _fraction(sid: str, want: str):
             if not state.startup_seen:
                 return None, None, STARTUP_NOT_SEEN + ": max_running_requests is not known"
             return None, None, "max_running_requests not known yet (capacity line not seen)"
-        w = state.fraction[sid]
-        total = w.total
+        total, hits = state.fraction[sid].counts()
         if total < p["min_samples"]:
             return None, None, ("{} samples in the window, {} needed", total, p["min_samples"])
-        hits = w.hits
         share = hits / total
         return share >= p["fraction"], share, (template, hits, total)
     return judge
@@ -238,10 +236,9 @@ def _headroom(low: bool):
 
 
 def _graph_off(state, p, sources, now, window):
-    w = state.graph_off
-    if not _fed_by_batches(state, sources) or w.total == 0:
+    total, hits = state.graph_off.counts()
+    if not _fed_by_batches(state, sources) or total == 0:
         return None, None, "no decode samples that report CUDA graph state"
-    hits = w.hits
     return hits >= p["min_samples"], float(hits), ("{} small decode batches without CUDA graph", hits)
 
 
@@ -267,8 +264,11 @@ def _stalled(state, p, sources, now, window):
     age = max(0.0, now - state.last_progress_t)
     if state.log_fed:
         # a decode line is printed every 40 steps, so the last one may still show running requests that
-        # finished since; only a waiting queue proves work is pending
-        waiting = sum(rv.queue or 0 for rv in state.schedulers().values())
+        # finished since; only a waiting queue proves work is pending (a loop, not sum() over a generator:
+        # this runs at every evaluation)
+        waiting = 0
+        for rv in state.schedulers().values():
+            waiting += rv.queue or 0
     else:
         waiting = state.pending() or 0
     stuck = age > p["stall_seconds"] and waiting > 0

@@ -106,13 +106,11 @@ def _scrape_fraction(what: str, applies, hit, none_reason: str):
 def _log_fraction(series, what: str, none_reason: str):
     """A share of the window's log samples in a LogTuning series (expired by ServerState.expire)."""
     def judge(state, p, sources, now, window):
-        w = series(state.tuning)
-        total = w.total
+        total, hits = series(state.tuning).counts()
         if total == 0:
             return None, None, none_reason
         if total < p["min_samples"]:
             return None, None, ("{} samples in the window, {} needed", total, p["min_samples"])
-        hits = w.hits
         share = hits / total
         return share >= p["fraction"], share, ("{} of {} batch lines " + what, hits, total)
     return judge

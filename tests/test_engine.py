@@ -145,3 +145,12 @@ def test_a_judgement_formats_its_detail_when_read():
 def test_snapshot_without_init_equals_snapshot():
     j = {"stalled": Judgement("stalled", "critical", True, 3.0, "x")}
     assert _snapshot(5.0, j, [], {}) == Snapshot(5.0, j, [], {})
+
+
+def test_a_hit_series_counts_are_its_total_and_hits():
+    state = ServerState(Config().signal_params())
+    for t, hit in ((1.0, True), (2.0, False), (400.0, True)):
+        state.samples.push(t, hit, series=1)
+    state.expire(350.0)
+    w = state.fraction["queue_above_range"]
+    assert w.counts() == (w.total, w.hits) == (1, 1)

@@ -108,6 +108,12 @@ class HitSeries:
         w, i = self.window, self._i + 1
         return w.tally[i] - w._gone[i]
 
+    def counts(self) -> tuple[int, int]:
+        """(total, hits) in one call: the judges read both at every evaluation."""
+        w, i = self.window, self._i
+        tally, gone = w.tally, w._gone
+        return tally[i] - gone[i], tally[i + 1] - gone[i + 1]
+
 
 class TimeWindow:
     """Event times (with a weight) in the last `seconds`."""
