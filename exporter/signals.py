@@ -92,7 +92,7 @@ class Evaluator:
 
     def __init__(self, params: dict):
         self._plan = tuple((s.id, s.severity, s.window_seconds, _JUDGES[s.id], params[s.id])
-                              for s in SIGNALS if params.get(s.id) is not None)
+                           for s in SIGNALS if params.get(s.id) is not None)
         # signal id -> [what its judge said last, that Judgement]; the plans' entries share these lists
         self._seen: dict[str, list] = {sid: [None, None] for sid, *_ in self._plan}
         # the last answer, in catalog order (its values are set by the first call)
@@ -115,29 +115,28 @@ class Evaluator:
             self._mode = (gate, logs_only)
             self._judging = self._plan_for(gate, logs_only)
             for sid, severity, *_ in self._plan:     # the fixed answers, once per mode
-                if logs_only and sid in METRICS_ONLY:
-                    self._take(sid, severity, _NO_METRICS, out, changed)
+                seen = self._seen[sid]
+                if logs_only and sid in METRICS_ONLY and seen[0] != _NO_METRICS:
+                    self._take(sid, severity, _NO_METRICS, seen, out, changed)
         take = self._take
         for sid, severity, judge, p, window, seen in self._judging:
             said = judge(state, p, sources, now, window)
             if said != seen[0]:
-                take(sid, severity, said, out, changed)
+                take(sid, severity, said, seen, out, changed)
         self._out = out
         if self.firing is None:
             self.firing = tuple([sid for sid, j in out.items() if j.firing])
         return out
 
-    def _take(self, sid: str, severity: str, said: tuple, out: dict, changed: list) -> None:
-        """A signal's judge said something new: its Judgement is built, kept and put in `out`."""
-        seen = self._seen[sid]
-        if said == seen[0]:
-            return
+    def _take(self, sid: str, severity: str, said: tuple, seen: list, out: dict, changed: list) -> None:
+        """A signal's judge said something new (not `seen[0]`): its Judgement is built, kept in `seen` and put
+        in `out`."""
         firing, value, detail = said[:3]
         if seen[1] is None or bool(seen[1].firing) != bool(firing):
             self.firing = None
-        seen[0], seen[1] = said, _judgement(sid, severity, firing, value, detail,
-                                            said[3] if len(said) > 3 else None, len(said) > 4 and said[4])
-        out[sid] = seen[1]
+        seen[0] = said
+        seen[1] = out[sid] = _judgement(sid, severity, firing, value, detail, said[3] if len(said) > 3 else None,
+                                        len(said) > 4 and said[4])
         changed.append(sid)
 
     def _plan_for(self, gate: bool, logs_only: bool) -> tuple:
@@ -209,7 +208,9 @@ def _retractions(strict: bool):
         if not state.clock_known:
             return None, None, "no timestamps: a rate needs the time between events"
         span = observed_window(state, now, window, p.get("min_span_seconds", window))
-        rate = state.retractions_per_minute(now, span)
+        # retractions_per_minute() of an empty window is 0.0 over any positive span: most evaluations see no
+        # retraction, and this judge runs twice at each
+        rate = state.retractions_per_minute(now, span) if state.retractions.items or not span > 0 else 0.0
         firing = rate >= p["per_minute"] if strict else rate > p["per_minute"]
         if span < window:
             return firing, rate, ("{:.2f} retractions per minute over the {:.0f} s observed (shorter than the "

@@ -9,11 +9,11 @@ from datetime import datetime
 import pytest
 
 from exporter.advice import reconcile
-from exporter.catalog import PROFILES
+from exporter.catalog import PROFILES, SIGNALS_BY_ID
 from exporter.config import Config
 from exporter.engine import Engine, Snapshot, _snapshot
 from exporter.ingest.pipeline import iter_file_events
-from exporter.signals import Judgement, _judgement, evaluate
+from exporter.signals import _JUDGES, Judgement, Sources, _judgement, evaluate, observed_window
 from exporter.simulate import Simulator, load_scenario
 from exporter.state import ServerState
 
@@ -154,3 +154,25 @@ def test_a_hit_series_counts_are_its_total_and_hits():
     state.expire(350.0)
     w = state.fraction["queue_above_range"]
     assert w.counts() == (w.total, w.hits) == (1, 1)
+
+
+@pytest.mark.parametrize("observed", [None, 0.0, 990.0, 1000.0])
+@pytest.mark.parametrize("min_span", [0, 30, float("nan")])
+def test_retraction_rate_of_an_empty_window_is_the_computed_rate(observed, min_span):
+    """The retraction judges skip computing the rate of an empty window (0.0); what they say is what the
+    computed rate gives, for every span, a zero or NaN one included (computed, as before)."""
+    params = Config().signal_params()
+    state = ServerState(params)
+    state.observed_from = observed
+    sid = "retraction_storm"
+    p = {**params[sid], "min_span_seconds": min_span}
+    window = SIGNALS_BY_ID[sid].window_seconds
+    span = observed_window(state, 1000.0, window, min_span)
+    try:
+        want = state.retractions_per_minute(1000.0, span)
+    except ZeroDivisionError:
+        with pytest.raises(ZeroDivisionError):
+            _JUDGES[sid](state, p, Sources(log_up=True), 1000.0, window)
+        return
+    said = _JUDGES[sid](state, p, Sources(log_up=True), 1000.0, window)
+    assert said[1] == want or (said[1] != said[1] and want != want)
