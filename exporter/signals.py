@@ -81,10 +81,12 @@ class Evaluator:
     """evaluate() for one set of thresholds, as the engine calls it every few seconds.
 
     Judges say (firing, value, detail); a detail is a string or, to be formatted only when needed, a tuple
-    (template, *args). Each signal's last judgement is kept: when its judge says the same again, that
-    Judgement object is returned again. The answer is equal either way (judges give values as floats or
-    None, so == is exact); an unchanged judgement is just not rebuilt, and `changed` (the signals whose
-    judgement was built anew by the last call) lets the engine skip the others in the history.
+    (template, *args) of numbers and strings (a Judgement formats it when first read, maybe much later: an
+    argument must not be something the state changes in place). Each signal's last judgement is kept: when
+    its judge says the same again, that Judgement object is returned again. The answer is equal either way
+    (judges give values as floats or None, so == is exact); an unchanged judgement is just not rebuilt, and
+    `changed` (the signals whose judgement was built anew by the last call) lets the engine skip the others
+    in the history.
 
     An evaluation costs mostly its loop over the signals, so the loop does as little as it can: the answer
     is a copy of the last one with the changed judgements replaced, and the signals whose answer is fixed by

@@ -83,8 +83,7 @@ class ServerState(StartupFacts, ScrapeFeed):
         self.retractions = TimeWindow(max(window["retractions_frequent"], window["retraction_storm"]))
         self.ooms = {"prefill": TimeWindow(window["oom_prefill"]), "decode": TimeWindow(window["oom_decode"])}
         self.watchdogs = TimeWindow(window["stalled"])
-        # every window expire() drops from (each is made once here: a new epoch clears them in place)
-        t = self.tuning
+        t = self.tuning    # the windows expire() drops from (made once: a new epoch clears them in place)
         self._hit_windows = (self.samples, t.prefix.window, t.chunked.window, t.pd.window)
         self._time_windows = (self.retractions, *self.ooms.values(), self.watchdogs, t.spec)
         self.histograms: dict[str, Histogram] = {}
@@ -402,9 +401,8 @@ class ServerState(StartupFacts, ScrapeFeed):
 
     # ------------------------------------------------------------------ time
     def expire(self, now: float) -> None:
-        """Drop what left the windows by `now`. Called at every evaluation, and most windows have nothing due
-        then (their oldest bucket or event is newer than their edge): each is checked inline, with the test
-        its own expire() starts with, and expire() is called only for those that have something to drop."""
+        """At every evaluation: most windows have nothing due, so each is checked inline with the test its own
+        expire() starts with, and only those with something to drop are called."""
         for w in self._hit_windows:
             starts = w.starts
             if starts and starts[0] < now - w.seconds:
