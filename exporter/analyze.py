@@ -2,6 +2,7 @@
 the reconciled advice (schema: docs/analyze.md)."""
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -115,38 +116,50 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
     lines_seen = 0
     time_only = False
     ingest_row = engine.ingest_row
+    # the Rows between two evaluations or Events go to the state in one call (see ServerState.apply_rows), which
+    # times them as this loop does; `due` is when the next evaluation is (when step > 0: else at every item)
+    apply_rows = engine.state.apply_rows if step > 0 else None
+    due = math.inf
     untimed = []          # records before the first timestamp: they happened before it (serve gives them the
                           # time they arrive, which is also no later than the next stamped line)
     for path in paths:
         sp = SourceParser(path)
         stats.append(sp)
         for items in iter_file_item_lists(path, config.max_line_bytes, stats=sp):
-            for item in items:
-                row = item.__class__ is tuple       # a Row (events.py): most lines of a log
-                ts = item[2] if row else item.ts
-                now = ts if ts is not None else last
-                if now is None:
-                    untimed.append(as_event(item))
-                    continue
-                if last is not None and now < last:
-                    now = last             # lines of several ranks can interleave slightly out of order
-                if first is None:
-                    first, last_eval = now, now
-                    engine.state.observed_from = now
-                    stamp = item[3] if row else item.time
-                    time_only = stamp is not None and "T" not in stamp and "-" not in stamp
-                    _replay_untimed(engine, chart, untimed, now)
-                if now - last_eval >= step:
-                    _catch_up(engine, chart, last_eval, now, step, stall)
-                    last_eval = now
-                last = now
-                if row:
-                    ingest_row(item, now)
-                    continue
-                engine.ingest(item, now)
-                if chart is not None and item.kind in _MARKER_KINDS:
-                    chart.markers.append({"t": now, "kind": _MARKER_KINDS[item.kind], "line": item.line,
-                                          "detail": item.fields.get("phase") or item.fields.get("component") or ""})
+            it = iter(items)
+            for item in it:
+                while item is not None:
+                    row = item.__class__ is tuple       # a Row (events.py): most lines of a log
+                    ts = item[2] if row else item.ts
+                    now = ts if ts is not None else last
+                    if now is None:
+                        untimed.append(as_event(item))
+                        break
+                    if last is not None and now < last:
+                        now = last             # lines of several ranks can interleave slightly out of order
+                    if first is None:
+                        first, last_eval = now, now
+                        due = next_due(last_eval, step)
+                        engine.state.observed_from = now
+                        stamp = item[3] if row else item.time
+                        time_only = stamp is not None and "T" not in stamp and "-" not in stamp
+                        _replay_untimed(engine, chart, untimed, now)
+                    if now - last_eval >= step:
+                        _catch_up(engine, chart, last_eval, now, step, stall)
+                        last_eval = now
+                        due = next_due(last_eval, step)
+                    last = now
+                    if row:
+                        ingest_row(item, now)
+                    else:
+                        engine.ingest(item, now)
+                        if chart is not None and item.kind in _MARKER_KINDS:
+                            chart.markers.append({"t": now, "kind": _MARKER_KINDS[item.kind], "line": item.line,
+                                                  "detail": item.fields.get("phase") or item.fields.get("component")
+                                                  or ""})
+                    if apply_rows is None:
+                        break
+                    item, last = apply_rows(it, now, due)     # the next item it did not apply, or None
             if sp.lines - lines_seen >= 20000:
                 lines_seen = sp.lines
                 meter.update(min(total, sum(s.bytes for s in stats)), sum(s.lines for s in stats))
@@ -164,6 +177,20 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
             chart.sample(engine, last)
     return _report(paths, config, engine, stats, first if timed else None, last if timed else None, time_only,
                    chart)
+
+
+def next_due(last_eval: float, step: float) -> float:
+    """The least time t with `t - last_eval >= step`, the evaluation check of analyze's loop, so a line's time is
+    compared with it alone (ServerState.apply_rows) and the evaluations stay at the same times: the subtraction
+    rounds, so last_eval + step may be a float off."""
+    if not step > 0:
+        return -math.inf if step <= 0 else math.inf      # every line; never (NaN)
+    due = last_eval + step
+    while due - last_eval < step:
+        due = math.nextafter(due, math.inf)
+    while (below := math.nextafter(due, -math.inf)) - last_eval >= step:
+        due = below
+    return due
 
 
 def _replay_untimed(engine: Engine, chart, untimed: list, now: float) -> None:

@@ -18,10 +18,11 @@ class StatePart:
     _ranks: dict[tuple, RankValues]
     _unread: list[RankValues]
     _schedulers: dict | None
-    _batch_slots: dict
     _leader_tp: dict
 
     if TYPE_CHECKING:
         def _limits(self) -> None: ...
+
+        def _forget_row_slots(self) -> None: ...
 
         def _memory_reading(self, label: str, kind: str, avail) -> None: ...

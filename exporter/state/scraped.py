@@ -183,7 +183,7 @@ class ScrapeFeed(StatePart):
             self._ranks.clear()
             self._unread.clear()
             self._schedulers = None
-            self._batch_slots.clear()
+            self._forget_row_slots()
             self._leader_tp.clear()
         self.histograms.clear()
         self.native = {}

@@ -4,10 +4,11 @@ State changes only through `apply_event`, `apply_row`, `apply_scrape`, `forget_s
 reads a clock. Window tallies are classified against the thresholds in force when the sample arrives (the
 profile is fixed for a process), so evaluation stays O(1) per signal however long the window.
 
-Batch lines are the bulk of a log (every TP rank may print each one), so `apply_row` and `classify` are the
-hot path of `analyze`: thresholds are read once at construction, a batch line is a sample once per scheduler
-(not per TP rank), the sample windows are tallied in 1-second buckets, and the numbers of a line that is not
-a sample are read only when someone reads the ranks (`ranks`, `schedulers`, `pending`).
+Batch lines are the bulk of a log (every TP rank may print each one), so what Rows do (rows.BatchRows:
+`apply_row`, `apply_rows`, `classify`) is the hot path of `analyze`: thresholds are read once at construction,
+a batch line is a sample once per scheduler (not per TP rank), the sample windows are tallied in 1-second
+buckets, and the numbers of a line that is not a sample are read only when someone reads the ranks (`ranks`,
+`schedulers`, `pending`).
 """
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from exporter import flags
 from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
 from exporter.failures import CRASH_KINDS, STAGE_KINDS, FailureTracker
 from exporter.ingest.events import Event
-from exporter.state.ranks import MAX_RANKS, OTHER_RANK, RankValues, fields_shape, per_scheduler, rank_label
+from exporter.state.ranks import MAX_RANKS, RankValues, fields_shape, per_scheduler, rank_label
+from exporter.state.rows import BatchRows
 from exporter.state.scraped import ScrapeFeed
 from exporter.state.startup import _MEMORY_READINGS, MAX_RESTART_EVIDENCE, StartupFacts
-from exporter.state.tuning import LogTuning, line_reader, numbers
+from exporter.state.tuning import LogTuning
 from exporter.state.windows import Histogram, HitWindow, TimeWindow
 
 _STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
@@ -28,8 +30,8 @@ _STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_confi
 FRACTION_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped")
 
 
-class ServerState(StartupFacts, ScrapeFeed):
-    """One SGLang server's state; the start-up and /metrics parts are its bases' jobs."""
+class ServerState(BatchRows, StartupFacts, ScrapeFeed):
+    """One SGLang server's state; Rows, the start-up and /metrics parts are its bases' jobs."""
 
     def __init__(self, params: dict[str, dict | None], log_fed: bool = True):
         """params: signal id -> thresholds in force (None = inactive), from Config.signal_params()."""
@@ -57,7 +59,10 @@ class ServerState(StartupFacts, ScrapeFeed):
         self._crashed = False             # a crash line since this epoch's server_args
         self._source_t: dict[str, float] = {}    # source -> latest log time of its non-batch lines
         self._leader_tp: dict = {}     # DP rank -> the TP rank that prints its batch lines
-        self._batch_slots: dict = {}   # id(rank dict) -> _batch_slot(rank)
+        self._row_slots: dict = {}      # what a Row of a layout and rank does (BatchRows._row_slot)
+        self._slot_ranks: list[dict] = []
+        self._row_kinds: list[str] = []
+        self._row_counts: list[int] = []
         self._schedulers: dict | None = None   # per_scheduler(self.ranks), until the rank table changes
         window = {sid: (SIGNALS_BY_ID[sid].window_seconds) for sid in SIGNALS_BY_ID}
         # every batch sample is judged by these five signals over one window: one HitWindow counts them all
@@ -204,123 +209,6 @@ class ServerState(StartupFacts, ScrapeFeed):
             self.failures.stage_event(kind, f)
 
 
-    def apply_row(self, row: tuple, now: float) -> None:
-        """A line still in its learned layout (events.Row): what apply_event does with its Event, without
-        building the Event. Batch lines are nearly all of a log, so this is the hot path of `analyze`. A batch
-        line updates its rank's gauges; a decode line of a DP rank's leader is also a sample. An access line or
-        request log is only counted."""
-        shape = row[0]
-        kind = shape.kind
-        try:
-            self.events_total[kind] += 1
-        except KeyError:
-            self.events_total[kind] = 1
-        if not shape.batch:
-            return                    # an access line or request log read by its layout: counted only
-        rank = row[4]
-        slot = self._batch_slots.get(id(rank))
-        if slot is None or slot[0] is not rank:
-            slot = self._batch_slot(rank)
-        rv = slot[1]
-        self.last_batch_t = self.last_progress_t = now
-        if slot[2] and self._tuning_shapes.get(shape) is not False:
-            self._tuning_row(shape, kind, row, now)
-        if not slot[2] or kind != "decode_batch":
-            # not a sample: nothing needs its numbers before someone reads the rank (`ranks`), and by then
-            # only the latest line of each shape counts; most lines of a log end here, unread
-            unread = rv.unread
-            if unread is None:
-                rv.unread = {shape: row[1]}
-                self._unread.append(rv)
-            else:
-                unread.pop(shape, None)     # keep them in the order they came
-                unread[shape] = row[1]
-            return
-        queue, running, usage, throughput, graph = values = shape.values(row[1])
-        if rv.unread:
-            # a leader's unread lines are (but for ranks folded into "other") its prefill lines since its last
-            # sample; a line that sets all five numbers overwrites whatever reading them would set, so they are
-            # dropped unread (the same result; reading them cost a sample as much as its own numbers)
-            if None in values:
-                rv.read()
-            else:
-                rv.unread = None
-        rv.take(queue, running, usage, throughput, graph)
-        self.classify(now, queue, running, usage, graph)
-
-    def _tuning_row(self, shape, kind: str, row: tuple, now: float) -> None:
-        """A leader's batch line for self.tuning. Per learned layout, the first line's Event says whether its
-        lines print what the tallies read (all prefill lines; decode lines with speculative or PD fields) and
-        where (tuning.line_reader); later lines are read by slicing those numbers out (from their Event, when
-        they could not be located)."""
-        text = row[1]
-        if text.__class__ is dict:
-            values = numbers(kind, text)
-            if not self.tuning.reads(kind, values):
-                return
-        else:
-            read = self._tuning_shapes.get(shape)
-            if read is None or read is True:
-                values = numbers(kind, shape.event(text, row[2], row[3], row[4], row[5]).fields)
-                if read is None:
-                    if len(self._tuning_shapes) >= 4096:
-                        self._tuning_shapes.clear()
-                    reads = self.tuning.reads(kind, values)
-                    self._tuning_shapes[shape] = (line_reader(kind, text, shape.event(
-                        text, row[2], row[3], row[4], row[5]).fields) or True) if reads else False
-                    if not reads:
-                        return
-            else:
-                values = read(text)
-        if kind == "prefill_batch":
-            new, cached, queue, pd = values     # numbers() of a prefill line
-            self.tuning.prefill(now, new, cached, queue, pd, self.chunk_size)
-        else:
-            self.tuning.decode(now, *values)
-
-    def _batch_slot(self, rank: dict) -> tuple:
-        """(rank, its RankValues, whether its batch lines are samples), kept per rank dict until the leaders or
-        the rank table change.
-
-        One sample per scheduler, not per TP rank. The TP ranks of a DP rank share one scheduler, and when they
-        all print batch lines (--enable-metrics-for-all-schedulers) they repeat its queue, running and usage:
-        every line still updates its rank's gauges, but only the lines of the DP rank's lowest TP rank (its
-        leader: TP0, or DP1 TP4 with DP attention and tp=8, dp=2) are tallied, so a window holds the same samples
-        (and min_samples means the same) whatever the TP size."""
-        dp, tp = rank.get("dp"), rank.get("tp")
-        sample = True
-        if tp is not None:
-            leaders = self._leader_tp
-            leader = leaders.get(dp)
-            if leader is None:
-                if len(leaders) < MAX_RANKS:
-                    leaders[dp] = tp
-                    self._batch_slots.clear()
-                # else the table is full: every line of this DP rank is a sample (per-rank sampling)
-            elif tp < leader:
-                leaders[dp] = tp      # a lower TP rank showed up: it leads from now on (the choice is stable)
-                self._batch_slots.clear()
-            elif tp != leader:
-                sample = False
-        if len(self._batch_ranks) < 4 * MAX_RANKS:
-            self._batch_ranks.add(rank_label(rank))
-        key = (dp, tp, rank.get("pp"))
-        rv = self._ranks.get(key)
-        if rv is None:
-            rv = self._new_rank(key)
-        if len(self._batch_slots) >= 4096:
-            self._batch_slots.clear()
-        slot = self._batch_slots[id(rank)] = (rank, rv, sample)
-        return slot
-
-    def _new_rank(self, key: tuple) -> RankValues:
-        """A slot for a rank not seen yet; past MAX_RANKS - 1 distinct ranks they share the "other" slot, so
-        the table (and the exported label sets) never exceed MAX_RANKS entries."""
-        if len(self._ranks) >= MAX_RANKS - 1:
-            key = OTHER_RANK
-        self._schedulers = None
-        return self._ranks.setdefault(key, RankValues())
-
     def _limits(self) -> None:
         """What classify reads of memory_config and server_args, read again whenever they change. Only this
         class writes them (apply_event, apply_scrape, _new_epoch), and each write is followed by this."""
@@ -334,43 +222,6 @@ class ServerState(StartupFacts, ScrapeFeed):
         if chunk is None:
             chunk = self.server_args.get("chunked_prefill_size")
         self.chunk_size = chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else None
-
-    def classify(self, now: float, queue, running, usage, cuda_graph) -> None:
-        """Count one batch sample in every series it is judged in. The tally's layout follows the series
-        order of self.samples: (total, hits) x (queue_below_range, queue_above_range, kv_cache_underused,
-        concurrency_capped, cuda_graph_off_small_batch); literal indices keep it fast, as do the limits read
-        once per change (_limits), the window's bucket check inline (HitWindow.bucket) and a hit added only
-        when there is one."""
-        w = self.samples
-        if not now < w._end:
-            w.start(now)
-        b = self._tally
-        if queue is not None:
-            if self._min_queue is not None:
-                b[0] += 1
-                if queue < self._min_queue:
-                    b[1] += 1
-            if self._max_queue is not None:
-                b[2] += 1
-                if queue > self._max_queue:
-                    b[3] += 1
-            if usage is not None:
-                if self._min_usage is not None:
-                    b[4] += 1
-                    if queue > 0 and usage < self._min_usage:
-                        b[5] += 1
-                cap = self._cap
-                if cap and running is not None:
-                    b[6] += 1
-                    if running >= self._cap_fraction * cap and queue > 0 and usage < self._cap_max_usage:
-                        b[7] += 1
-        if cuda_graph is not None and running is not None and self._graph_default_bs is not None:
-            b[8] += 1
-            max_bs = self._graph_max_bs
-            if not cuda_graph and (max_bs is None or running <= max_bs) and running > 0:
-                b[9] += 1
-                if running > self.graph_off_peak:
-                    self.graph_off_peak = running
 
     # ------------------------------------------------------------------ durability
     _COUNTERS = ("retractions_total", "retracted_requests_total", "watchdog_total", "restarts")

@@ -110,7 +110,7 @@ class StartupFacts(StatePart):
         self._ranks.clear()
         self._unread.clear()
         self._schedulers = None
-        self._batch_slots.clear()
+        self._forget_row_slots()
         self._leader_tp.clear()       # a restart may change the layout (dp=4 -> dp=2 moves DP1's leader to TP4)
         self.last_batch_t = None
         self.samples.clear()
