@@ -47,7 +47,8 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
     last_frac: str | None = None         # the same with the fraction of a second
     frac_ts: Any = None
     frac_iso: Any = None
-    last_shape = None
+    last_shape: Any = None
+    run_start = first
     # The tables hold entries (see _entry), and consecutive lines often share a skeleton (the TP ranks' copies
     # of a batch line, "TP1" being "TP0"'s): the last one looked up is kept, which saves hashing the skeleton.
     # Kept only while the tables stay as they are: the generic path and learning may change them.
@@ -73,8 +74,7 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
                 if skeleton != last_skeleton:
                     last_skeleton, last_entry = skeleton, layouts.get(skeleton)
                 entry = last_entry
-                if entry is not None and entry[0] >= 0 and (
-                        text[entry[0]] > entry[1] or entry[2] is not None and not entry[2](text)):
+                if entry is not None and (text[entry[0]] > entry[1] or entry[2] is not None and not entry[2](text)):
                     entry = None        # a number out of its range: the generic path counts the line
         else:
             later = len(text) <= MAX_SKELETON_CHARS
@@ -95,6 +95,8 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
             m = p._line_re.match(text)
             sh: Any = p._by_marker.get(m.lastindex) if m is not None else None
             if sh is None:                  # not a learned shape's line: the generic path
+                if last_shape is not None:  # (which may read the counts)
+                    last_shape.count += lineno - run_start
                 n = len(out)
                 p._feed_safely(text, lineno, out, m)
                 last_shape = None           # it may have set the format family, or learned a shape
@@ -109,7 +111,7 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
                 longest = min(p._layout_len, MAX_SKELETON_CHARS)
                 pending = p._pending is not None
                 continue
-            entry = _entry(layout_of_match(sh, m))
+            entry = _entry(layout_of_match(sh, m), text)
             if skeleton is not None:
                 _store(p, skeleton, entry, text)
                 longest = min(p._layout_len, MAX_SKELETON_CHARS)
@@ -133,23 +135,28 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
         rank = rank_cache.get(ranks)
         if rank is None:
             rank = p._rank(ranks)
-        if sh is not last_shape:
-            last_shape = sh
+        if sh is not last_shape:        # (the rows of a run of one shape are counted at its end)
+            if last_shape is not None:
+                last_shape.count += lineno - run_start
+            last_shape, run_start = sh, lineno
             p._in_request = sh.kind == "request_log"
             if layout.batch:
                 p.format_family = sh.family or p._family(sh.sep, sh.has_iter, sh.trailing,
                                                                sh.has_graph, False, False)
-        sh.count += 1
         out.append((layout, text, ts, iso, rank, lineno))
+    if last_shape is not None:
+        last_shape.count += lineno + 1 - run_start
     p._row_time = last_dt, last_ts, last_iso
     return out
 
-def _entry(layout: Any) -> tuple:
-    """What the block path reads a layout's lines by, in one tuple (one lookup, no attribute reads per line):
-    where to look for a number out of range (see _Layout), the layout, its shape and the slices of the time,
-    the fraction of a second and the rank tags."""
-    return (layout.check_at, layout.check_max, layout.check_more, layout, layout.shape, layout.dt, layout.frac,
-            layout.rank)
+def _entry(layout: Any, text: str) -> tuple:
+    """What the block path reads the lines of `layout` (learned from `text`) by, in one tuple (one lookup, no
+    attribute reads per line): where to look for a number out of range (see _Layout), the layout, its shape and
+    the slices of the time, the fraction of a second and the rank tags."""
+    at, top = layout.check_at, layout.check_max
+    if at < 0:      # nothing to look at: look at the first character, which no line of the skeleton has above
+        at, top = 0, "9" if "0" <= text[0] <= "9" else text[0]  # that (a digit or this one): no test per line
+    return at, top, layout.check_more, layout, layout.shape, layout.dt, layout.frac, layout.rank
 
 def _skeleton(text: str) -> bytes | None:
     try:
@@ -177,7 +184,7 @@ def _learn_event_layout(p: Parser, text: str, lineno: int, skeleton: bytes | Non
     if ev.kind == "http_access":
         access = _ACCESS.match(text, m.end())
         if skeleton is not None and access is not None:
-            _store(p, skeleton, _entry(_EventLayout(tally, p.source, *where, access)), text)
+            _store(p, skeleton, _entry(_EventLayout(tally, p.source, *where, access), text), text)
     elif text.startswith(("Receive: ", "Finish: "), m.end()) and m.end() + len("Receive: ") <= HEAD_CHARS:
         _learn_head(p, text, HEAD_CHARS, _EventLayout(tally, p.source, *where))
 
@@ -187,7 +194,7 @@ def _learn_head(p: Parser, text: str, chars: int, layout: _EventLayout) -> None:
     if key is not None:
         if len(p._heads) >= MAX_SKELETONS:
             p._heads.clear()
-        p._heads[key] = _entry(layout)
+        p._heads[key] = _entry(layout, text)
         if chars not in p._head_lens:
             p._head_lens.append(chars)
 
@@ -235,7 +242,7 @@ def _learn_custom_layout(p: Parser, text: str, found: tuple, ev: Event) -> None:
                 return
             layout = CustomEventLayout(counter, p.source, text, dt, frac, rank, start, access, level, pid) \
                 if level or pid else _EventLayout(counter, p.source, text, dt, frac, rank, start, access)
-        _store(p, skeleton, _entry(layout), text)
+        _store(p, skeleton, _entry(layout, text), text)
     elif text[:1] != "[" and text.startswith(("Receive: obj=", "Finish: obj="), start):
         # (a prefix that starts with "[" is first read as SGLang's own by the generic path: not by its head)
         _learn_head(p, text, start + len("Receive: obj="),
