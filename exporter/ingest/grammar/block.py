@@ -39,6 +39,8 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
             p._feed_safely(text, lineno, out, None)
         return out
     layouts, heads, rank_cache, head_lens = p._layouts, p._heads, p._rank_cache, p._head_lens
+    sh: Any
+    skeleton: bytes | None
     custom = bool(p._customs)    # layouts behind custom prefixes: lines not starting with "[" have them
     # Without them every layout and head was learned from a line that starts with "[" (the line regex's
     # alternatives all do), so its skeleton does too: a line that does not misses both tables, as it should,
@@ -59,63 +61,66 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
     # would cost more than the rest of their reading, and go straight to their heads.
     longest = min(p._layout_len, MAX_SKELETON_CHARS)
     pending = p._pending is not None    # (only the generic path sets it)
+    append = out.append
     lineno = first - 1
     for text in texts:
         lineno += 1
-        skeleton = None
         entry: Any = None
-        later = False               # a skeleton skipped as too long for a layout, wanted if the line is learned
         if len(text) <= longest:
             try:
                 skeleton = text.encode().translate(_SKELETON)
             except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no skeleton
-                pass
+                skeleton = None
             else:
                 if skeleton != last_skeleton:
                     last_skeleton, last_entry = skeleton, layouts.get(skeleton)
-                entry = last_entry
-                if entry is not None and (text[entry[0]] > entry[1] or entry[2] is not None and not entry[2](text)):
-                    entry = None        # a number out of its range: the generic path counts the line
+                if last_entry is not None:
+                    at, top, more, layout, sh, dts, fs, rs = entry = last_entry
+                    if text[at] > top or more is not None and not more(text):
+                        entry = None        # a number out of its range: the generic path counts the line
+            later = False
         else:
-            later = len(text) <= MAX_SKELETON_CHARS
-        if entry is None and heads and "\x00" not in text:
-            for chars in head_lens:     # HEAD_CHARS for SGLang's own prefix, others for custom ones
-                try:                    # (_head_key inline: most request logs come this way)
-                    entry = heads.get(text[:chars].encode().translate(_SKELETON))
-                except UnicodeEncodeError:  # a lone surrogate: no key of this length
-                    pass
-                if entry is not None:
-                    break
+            skeleton = None
+            later = len(text) <= MAX_SKELETON_CHARS     # wanted if the line is learned
         if entry is None:
-            last_skeleton, last_entry = b"", None
-            if not custom and text[:1] != "[":
-                skeleton = None         # (as the generic path reads it, it learns no layout of it)
-            elif later:
-                skeleton = _skeleton(text)
-            m = p._line_re.match(text)
-            sh: Any = p._by_marker.get(m.lastindex) if m is not None else None
-            if sh is None:                  # not a learned shape's line: the generic path
-                if last_shape is not None:  # (which may read the counts)
-                    last_shape.count += lineno - run_start
-                n = len(out)
-                p._feed_safely(text, lineno, out, m)
-                last_shape = None           # it may have set the format family, or learned a shape
-                if len(out) > n:
-                    found = p._found
-                    if found is not None and found[0] == lineno:
-                        _learn_custom_layout(p, text, found, out[-1])
-                        custom = True
-                    elif m is not None and out[-1].kind in p._tallies:
-                        _learn_event_layout(p, text, lineno, skeleton, m, out[-1])
-                layouts = p._layouts
-                longest = min(p._layout_len, MAX_SKELETON_CHARS)
-                pending = p._pending is not None
-                continue
-            entry = _entry(layout_of_match(sh, m), text)
-            if skeleton is not None:
-                _store(p, skeleton, entry, text)
-                longest = min(p._layout_len, MAX_SKELETON_CHARS)
-        _, _, _, layout, sh, dts, fs, rs = entry
+            if heads and "\x00" not in text:
+                for chars in head_lens:     # HEAD_CHARS for SGLang's own prefix, others for custom ones
+                    try:                    # (_head_key inline: most request logs come this way)
+                        entry = heads.get(text[:chars].encode().translate(_SKELETON))
+                    except UnicodeEncodeError:  # a lone surrogate: no key of this length
+                        pass
+                    if entry is not None:
+                        break
+            if entry is None:
+                last_skeleton, last_entry = b"", None
+                if not custom and text[:1] != "[":
+                    skeleton = None         # (as the generic path reads it, it learns no layout of it)
+                elif later:
+                    skeleton = _skeleton(text)
+                m = p._line_re.match(text)
+                sh = p._by_marker.get(m.lastindex) if m is not None else None
+                if sh is None:                  # not a learned shape's line: the generic path
+                    if last_shape is not None:  # (which may read the counts)
+                        last_shape.count += lineno - run_start
+                    n = len(out)
+                    p._feed_safely(text, lineno, out, m)
+                    last_shape = None           # it may have set the format family, or learned a shape
+                    if len(out) > n:
+                        found = p._found
+                        if found is not None and found[0] == lineno:
+                            _learn_custom_layout(p, text, found, out[-1])
+                            custom = True
+                        elif m is not None and out[-1].kind in p._tallies:
+                            _learn_event_layout(p, text, lineno, skeleton, m, out[-1])
+                    layouts = p._layouts
+                    longest = min(p._layout_len, MAX_SKELETON_CHARS)
+                    pending = p._pending is not None
+                    continue
+                entry = _entry(layout_of_match(sh, m), text)
+                if skeleton is not None:
+                    _store(p, skeleton, entry, text)
+                    longest = min(p._layout_len, MAX_SKELETON_CHARS)
+            _, _, _, layout, sh, dts, fs, rs = entry
         if pending:
             out += p.flush()
             pending = False
@@ -123,18 +128,10 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
         if dt != last_dt:
             last_dt, last_frac = dt, None
             last_ts, last_iso = p._date_time(dt[:10], dt[11:])
-        if fs is None or last_ts is None:
-            ts, iso = last_ts, last_iso
-        else:
-            frac = text[fs]
-            if frac != last_frac:
-                last_frac = frac
-                frac_ts, frac_iso = last_ts + int(frac) / 10 ** len(frac), f"{last_iso}.{frac}"
-            ts, iso = frac_ts, frac_iso
-        ranks = text[rs]
-        rank = rank_cache.get(ranks)
-        if rank is None:
-            rank = p._rank(ranks)
+        try:
+            rank = rank_cache[text[rs]]
+        except KeyError:
+            rank = p._rank(text[rs])
         if sh is not last_shape:        # (the rows of a run of one shape are counted at its end)
             if last_shape is not None:
                 last_shape.count += lineno - run_start
@@ -143,7 +140,14 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
             if layout.batch:
                 p.format_family = sh.family or p._family(sh.sep, sh.has_iter, sh.trailing,
                                                                sh.has_graph, False, False)
-        out.append((layout, text, ts, iso, rank, lineno))
+        if fs is None or last_ts is None:
+            append((layout, text, last_ts, last_iso, rank, lineno))
+        else:
+            frac = text[fs]
+            if frac != last_frac:
+                last_frac = frac
+                frac_ts, frac_iso = last_ts + int(frac) / 10 ** len(frac), f"{last_iso}.{frac}"
+            append((layout, text, frac_ts, frac_iso, rank, lineno))
     if last_shape is not None:
         last_shape.count += lineno + 1 - run_start
     p._row_time = last_dt, last_ts, last_iso
