@@ -41,6 +41,7 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
     layouts, heads, rank_cache, head_lens = p._layouts, p._heads, p._rank_cache, p._head_lens
     sh: Any
     skeleton: bytes | None
+    entry: Any
     custom = bool(p._customs)    # layouts behind custom prefixes: lines not starting with "[" have them
     # Without them every layout and head was learned from a line that starts with "[" (the line regex's
     # alternatives all do), so its skeleton does too: a line that does not misses both tables, as it should,
@@ -65,23 +66,21 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
     lineno = first - 1
     for text in texts:
         lineno += 1
-        entry: Any = None
         if len(text) <= longest:
             try:
                 skeleton = text.encode().translate(_SKELETON)
             except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no skeleton
-                skeleton = None
+                skeleton = entry = None
             else:
                 if skeleton != last_skeleton:
                     last_skeleton, last_entry = skeleton, layouts.get(skeleton)
-                if last_entry is not None:
-                    at, top, more, layout, sh, dts, fs, rs = entry = last_entry
+                entry = last_entry
+                if entry is not None:
+                    at, top, more, layout, sh, dts, fs, rs = entry
                     if text[at] > top or more is not None and not more(text):
                         entry = None        # a number out of its range: the generic path counts the line
-            later = False
         else:
-            skeleton = None
-            later = len(text) <= MAX_SKELETON_CHARS     # wanted if the line is learned
+            skeleton = entry = None         # (the skeleton skipped: made below if the line is learned)
         if entry is None:
             if heads and "\x00" not in text:
                 for chars in head_lens:     # HEAD_CHARS for SGLang's own prefix, others for custom ones
@@ -95,7 +94,7 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
                 last_skeleton, last_entry = b"", None
                 if not custom and text[:1] != "[":
                     skeleton = None         # (as the generic path reads it, it learns no layout of it)
-                elif later:
+                elif longest < len(text) <= MAX_SKELETON_CHARS:
                     skeleton = _skeleton(text)
                 m = p._line_re.match(text)
                 sh = p._by_marker.get(m.lastindex) if m is not None else None
