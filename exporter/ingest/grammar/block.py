@@ -76,7 +76,7 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
                     last_skeleton, last_entry = skeleton, layouts.get(skeleton)
                 entry = last_entry
                 if entry is not None:
-                    at, top, more, layout, sh, dts, fs, rs = entry
+                    at, top, more, layout, sh, batch, dts, fs, rs = entry
                     if text[at] > top or more is not None and not more(text):
                         entry = None        # a number out of its range: the generic path counts the line
         else:
@@ -119,7 +119,7 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
                 if skeleton is not None:
                     _store(p, skeleton, entry, text)
                     longest = min(p._layout_len, MAX_SKELETON_CHARS)
-            _, _, _, layout, sh, dts, fs, rs = entry
+            _, _, _, layout, sh, batch, dts, fs, rs = entry
         if pending:
             out += p.flush()
             pending = False
@@ -135,8 +135,8 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
             if last_shape is not None:
                 last_shape.count += lineno - run_start
             last_shape, run_start = sh, lineno
-            p._in_request = sh.kind == "request_log"
-            if layout.batch:
+            p._in_request = batch is None
+            if batch:
                 p.format_family = sh.family or p._family(sh.sep, sh.has_iter, sh.trailing,
                                                                sh.has_graph, False, False)
         if fs is None or last_ts is None:
@@ -154,12 +154,14 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
 
 def _entry(layout: Any, text: str) -> tuple:
     """What the block path reads the lines of `layout` (learned from `text`) by, in one tuple (one lookup, no
-    attribute reads per line): where to look for a number out of range (see _Layout), the layout, its shape and
-    the slices of the time, the fraction of a second and the rank tags."""
+    attribute reads per line): where to look for a number out of range (see _Layout), the layout, its shape,
+    what its rows are (True: batch lines, None: request logs, False: access lines; read when the shape changes,
+    as often as every other line) and the slices of the time, the fraction of a second and the rank tags."""
     at, top = layout.check_at, layout.check_max
     if at < 0:      # nothing to look at: look at the first character, which no line of the skeleton has above
         at, top = 0, "9" if "0" <= text[0] <= "9" else text[0]  # that (a digit or this one): no test per line
-    return at, top, layout.check_more, layout, layout.shape, layout.dt, layout.frac, layout.rank
+    batch = True if layout.batch else None if layout.kind == "request_log" else False
+    return at, top, layout.check_more, layout, layout.shape, batch, layout.dt, layout.frac, layout.rank
 
 def _skeleton(text: str) -> bytes | None:
     try:
