@@ -39,78 +39,143 @@ def feed_items(p: Parser, texts: list[str], first: int) -> list:
             p._feed_safely(text, lineno, out, None)
         return out
     layouts, heads, rank_cache, head_lens = p._layouts, p._heads, p._rank_cache, p._head_lens
+    sh: Any
+    skeleton: bytes | None
+    entry: Any
     custom = bool(p._customs)    # layouts behind custom prefixes: lines not starting with "[" have them
+    # Without them every layout and head was learned from a line that starts with "[" (the line regex's
+    # alternatives all do), so its skeleton does too: a line that does not misses both tables, as it should,
+    # without a look at its first character (a slice per line, 5 % of the block path's cost).
     last_dt, last_ts, last_iso = p._row_time
-    last_shape = None
+    last_frac: str | None = None         # the same with the fraction of a second
+    frac_ts: Any = None
+    frac_iso: Any = None
+    last_shape: Any = None
+    run_start = first
+    # The tables hold entries (see _entry), and consecutive lines often share a skeleton (the TP ranks' copies
+    # of a batch line, "TP1" being "TP0"'s): the last one looked up is kept, which saves hashing the skeleton.
+    # Kept only while the tables stay as they are: the generic path and learning may change them.
+    last_skeleton: bytes = b""      # (b"": an empty line's, which has no entry)
+    last_entry: tuple | None = None
+    # Lines of one skeleton have one length (they differ only in ASCII digits), so a line longer than every
+    # line a layout was learned from has none: request logs (400-900 characters) skip the skeleton, which
+    # would cost more than the rest of their reading, and go straight to their heads.
+    longest = min(p._layout_len, MAX_SKELETON_CHARS)
+    pending = p._pending is not None    # (only the generic path sets it)
+    append = out.append
     lineno = first - 1
     for text in texts:
         lineno += 1
-        skeleton = None
-        layout: Any = None
-        if custom or text[:1] == "[":
-            if len(text) <= MAX_SKELETON_CHARS:
-                try:
-                    skeleton = text.encode().translate(_SKELETON)
-                except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no skeleton
-                    pass
-                else:
-                    layout = layouts.get(skeleton)
-                    if layout is not None and layout.check_at >= 0 and (
-                            text[layout.check_at] > layout.check_max
-                            or layout.check_more is not None and not layout.check_more(text)):
-                        layout = None       # a number out of its range: the generic path counts the line
-            if layout is None and heads and "\x00" not in text:
+        if len(text) <= longest:
+            try:
+                skeleton = text.encode().translate(_SKELETON)
+            except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no skeleton
+                skeleton = entry = None
+            else:
+                if skeleton != last_skeleton:
+                    last_skeleton, last_entry = skeleton, layouts.get(skeleton)
+                entry = last_entry
+                if entry is not None:
+                    at, top, more, layout, sh, batch, dts, fs, rs = entry
+                    if text[at] > top or more is not None and not more(text):
+                        entry = None        # a number out of its range: the generic path counts the line
+        else:
+            skeleton = entry = None         # (the skeleton skipped: made below if the line is learned)
+        if entry is None:
+            if heads and "\x00" not in text:
                 for chars in head_lens:     # HEAD_CHARS for SGLang's own prefix, others for custom ones
-                    layout = heads.get(_head_key(text, chars))
-                    if layout is not None:
+                    try:                    # (_head_key inline: most request logs come this way)
+                        entry = heads.get(text[:chars].encode().translate(_SKELETON))
+                    except UnicodeEncodeError:  # a lone surrogate: no key of this length
+                        pass
+                    if entry is not None:
                         break
-        if layout is None:
-            m = p._line_re.match(text)
-            sh: Any = p._by_marker.get(m.lastindex) if m is not None else None
-            if sh is None:                  # not a learned shape's line: the generic path
-                n = len(out)
-                p._feed_safely(text, lineno, out, m)
-                last_shape = None           # it may have set the format family, or learned a shape
-                if len(out) > n:
-                    found = p._found
-                    if found is not None and found[0] == lineno:
-                        _learn_custom_layout(p, text, found, out[-1])
-                        custom = True
-                    elif m is not None and out[-1].kind in p._tallies:
-                        _learn_event_layout(p, text, lineno, skeleton, m, out[-1])
-                layouts = p._layouts
-                continue
-            layout = layout_of_match(sh, m)
-            if skeleton is not None:
-                if len(layouts) >= MAX_SKELETONS:
-                    layouts.clear()
-                layouts[skeleton] = layout
-        sh = layout.shape
-        if p._pending is not None:
+            if entry is None:
+                last_skeleton, last_entry = b"", None
+                if not custom and text[:1] != "[":
+                    skeleton = None         # (as the generic path reads it, it learns no layout of it)
+                elif longest < len(text) <= MAX_SKELETON_CHARS:
+                    skeleton = _skeleton(text)
+                m = p._line_re.match(text)
+                sh = p._by_marker.get(m.lastindex) if m is not None else None
+                if sh is None:                  # not a learned shape's line: the generic path
+                    if last_shape is not None:  # (which may read the counts)
+                        last_shape.count += lineno - run_start
+                    n = len(out)
+                    p._feed_safely(text, lineno, out, m)
+                    last_shape = None           # it may have set the format family, or learned a shape
+                    if len(out) > n:
+                        found = p._found
+                        if found is not None and found[0] == lineno:
+                            _learn_custom_layout(p, text, found, out[-1])
+                            custom = True
+                        elif m is not None and out[-1].kind in p._tallies:
+                            _learn_event_layout(p, text, lineno, skeleton, m, out[-1])
+                    layouts = p._layouts
+                    longest = min(p._layout_len, MAX_SKELETON_CHARS)
+                    pending = p._pending is not None
+                    continue
+                entry = _entry(layout_of_match(sh, m), text)
+                if skeleton is not None:
+                    _store(p, skeleton, entry, text)
+                    longest = min(p._layout_len, MAX_SKELETON_CHARS)
+            _, _, _, layout, sh, batch, dts, fs, rs = entry
+        if pending:
             out += p.flush()
-        dt = text[layout.dt]
+            pending = False
+        dt = text[dts]
         if dt != last_dt:
-            last_dt = dt
+            last_dt, last_frac = dt, None
             last_ts, last_iso = p._date_time(dt[:10], dt[11:])
-        ts, iso = last_ts, last_iso
-        if layout.frac is not None and ts is not None:
-            frac = text[layout.frac]
-            ts += int(frac) / 10 ** len(frac)
-            iso = f"{iso}.{frac}"
-        ranks = text[layout.rank]
-        rank = rank_cache.get(ranks)
-        if rank is None:
-            rank = p._rank(ranks)
-        if sh is not last_shape:
-            last_shape = sh
-            p._in_request = sh.kind == "request_log"
-            if layout.batch:
+        try:
+            rank = rank_cache[text[rs]]
+        except KeyError:
+            rank = p._rank(text[rs])
+        if sh is not last_shape:        # (the rows of a run of one shape are counted at its end)
+            if last_shape is not None:
+                last_shape.count += lineno - run_start
+            last_shape, run_start = sh, lineno
+            p._in_request = batch is None
+            if batch:
                 p.format_family = sh.family or p._family(sh.sep, sh.has_iter, sh.trailing,
                                                                sh.has_graph, False, False)
-        sh.count += 1
-        out.append((layout, text, ts, iso, rank, lineno))
+        if fs is None or last_ts is None:
+            append((layout, text, last_ts, last_iso, rank, lineno))
+        else:
+            frac = text[fs]
+            if frac != last_frac:
+                last_frac = frac
+                frac_ts, frac_iso = last_ts + int(frac) / 10 ** len(frac), f"{last_iso}.{frac}"
+            append((layout, text, frac_ts, frac_iso, rank, lineno))
+    if last_shape is not None:
+        last_shape.count += lineno + 1 - run_start
     p._row_time = last_dt, last_ts, last_iso
     return out
+
+def _entry(layout: Any, text: str) -> tuple:
+    """What the block path reads the lines of `layout` (learned from `text`) by, in one tuple (one lookup, no
+    attribute reads per line): where to look for a number out of range (see _Layout), the layout, its shape,
+    what its rows are (True: batch lines, None: request logs, False: access lines; read when the shape changes,
+    as often as every other line) and the slices of the time, the fraction of a second and the rank tags."""
+    at, top = layout.check_at, layout.check_max
+    if at < 0:      # nothing to look at: look at the first character, which no line of the skeleton has above
+        at, top = 0, "9" if "0" <= text[0] <= "9" else text[0]  # that (a digit or this one): no test per line
+    batch = True if layout.batch else None if layout.kind == "request_log" else False
+    return at, top, layout.check_more, layout, layout.shape, batch, layout.dt, layout.frac, layout.rank
+
+def _skeleton(text: str) -> bytes | None:
+    try:
+        return text.encode().translate(_SKELETON)
+    except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no skeleton
+        return None
+
+def _store(p: Parser, skeleton: bytes, entry: tuple, text: str) -> None:
+    """Read the next lines of `text`'s skeleton by `entry` (see _entry)."""
+    if len(p._layouts) >= MAX_SKELETONS:
+        p._layouts.clear()
+    p._layouts[skeleton] = entry
+    if len(text) > p._layout_len:
+        p._layout_len = len(text)
 
 def _learn_event_layout(p: Parser, text: str, lineno: int, skeleton: bytes | None, m, ev: Event) -> None:
     """After the generic path read line `lineno` (m: the line regex's match) and emitted `ev`, an access or
@@ -124,9 +189,7 @@ def _learn_event_layout(p: Parser, text: str, lineno: int, skeleton: bytes | Non
     if ev.kind == "http_access":
         access = _ACCESS.match(text, m.end())
         if skeleton is not None and access is not None:
-            if len(p._layouts) >= MAX_SKELETONS:
-                p._layouts.clear()
-            p._layouts[skeleton] = _EventLayout(tally, p.source, *where, access)
+            _store(p, skeleton, _entry(_EventLayout(tally, p.source, *where, access), text), text)
     elif text.startswith(("Receive: ", "Finish: "), m.end()) and m.end() + len("Receive: ") <= HEAD_CHARS:
         _learn_head(p, text, HEAD_CHARS, _EventLayout(tally, p.source, *where))
 
@@ -136,7 +199,7 @@ def _learn_head(p: Parser, text: str, chars: int, layout: _EventLayout) -> None:
     if key is not None:
         if len(p._heads) >= MAX_SKELETONS:
             p._heads.clear()
-        p._heads[key] = layout
+        p._heads[key] = _entry(layout, text)
         if chars not in p._head_lens:
             p._head_lens.append(chars)
 
@@ -168,11 +231,8 @@ def _learn_custom_layout(p: Parser, text: str, found: tuple, ev: Event) -> None:
     if pid is not None:
         pid = slice(*pid)
     if shape is not None or kind == "http_access":
-        if len(text) > MAX_SKELETON_CHARS:
-            return
-        try:
-            skeleton = text.encode().translate(_SKELETON)
-        except UnicodeEncodeError:
+        skeleton = _skeleton(text) if len(text) <= MAX_SKELETON_CHARS else None
+        if skeleton is None:
             return
         if shape is not None:
             shift = start - (len(m.string) - (len(text) - start))   # message offsets: the line's minus the rebuilt
@@ -187,9 +247,7 @@ def _learn_custom_layout(p: Parser, text: str, found: tuple, ev: Event) -> None:
                 return
             layout = CustomEventLayout(counter, p.source, text, dt, frac, rank, start, access, level, pid) \
                 if level or pid else _EventLayout(counter, p.source, text, dt, frac, rank, start, access)
-        if len(p._layouts) >= MAX_SKELETONS:
-            p._layouts.clear()
-        p._layouts[skeleton] = layout
+        _store(p, skeleton, _entry(layout, text), text)
     elif text[:1] != "[" and text.startswith(("Receive: obj=", "Finish: obj="), start):
         # (a prefix that starts with "[" is first read as SGLang's own by the generic path: not by its head)
         _learn_head(p, text, start + len("Receive: obj="),

@@ -15,8 +15,8 @@ from exporter.ingest.grammar.shapes import _Shape
 # a known skeleton every group of its shape sits at the same offsets. So the block path reads a batch line by
 # one dict lookup of its skeleton and two slices (time, rank tags), and the regex runs once per skeleton.
 # Exact: every part of a shape's regex other than [0-9] is literal, so a line whose skeleton is that of a line
-# the regex matched is matched by the regex too, with the same group offsets. Only lines that start with "["
-# and are short enough to be batch lines get a skeleton.
+# the regex matched is matched by the regex too, with the same group offsets. Only lines no longer than the
+# longest line a layout was learned from get a skeleton (see block.py).
 _SKELETON = bytes.maketrans(b"123456789", b"000000000")
 MAX_SKELETONS = 4096        # per source; when full the table starts afresh
 MAX_SKELETON_CHARS = 600    # longer lines (request logs) are never batch lines worth a skeleton

@@ -10,7 +10,7 @@ from itertools import chain
 
 from exporter.ingest.events import EMPTY_RANK, Event, as_event
 from exporter.ingest.grammar import anchored, block
-from exporter.ingest.grammar.layouts import _EventLayout, _Layout, _Tally
+from exporter.ingest.grammar.layouts import _Tally
 from exporter.ingest.grammar.messages import (
     _MALFORMED,
     _foreign,
@@ -59,8 +59,9 @@ class Parser:
         self._by_marker: dict[int | None, _Shape] = {}   # (get(None): no group)
         self._line_re = _PREFIX
         self._prefix_at = 1          # group number of the generic prefix's first group in _line_re
-        self._layouts: dict[bytes | None, _Layout | _EventLayout] = {}   # skeleton -> its layout: "Skeletons"
-        self._heads: dict[bytes | None, _EventLayout] = {}   # head skeleton -> a request-log layout
+        self._layouts: dict[bytes | None, tuple] = {}   # skeleton -> its layout's entry (block.py): "Skeletons"
+        self._heads: dict[bytes | None, tuple] = {}   # head skeleton -> a request-log layout's entry
+        self._layout_len = 0         # no line longer than this has a skeleton in _layouts (see block.py)
         self._tallies = {kind: _Tally(kind) for kind in ("http_access", "request_log")}
         self._fruitless = 0
         self._in_request = False     # the last record was a request log: bare lines after it are its text
