@@ -105,6 +105,7 @@ _MARKER_KINDS = {"oom": "oom", "watchdog_timeout": "watchdog", "server_ready": "
 def analyze(paths: list[str], config: Config, progress: bool | None = None, series: bool = False) -> dict:
     engine = Engine(config, log_fed=True)
     engine.set_sources(log_up=True)
+    engine.advise = False       # the report's advice is reconciled once, from what fired (_report)
     step = config.evaluate_interval
     stall = (engine.params.get("stalled") or {}).get("stall_seconds", 60)
     total = sum(os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p))

@@ -62,6 +62,9 @@ class Engine:
         self.startup_oom_stage: str | None = None   # the stage of the last start-up OOM that fired
         self._evaluate = Evaluator(self.params)
         self._reconcile = Reconciler()
+        # False: evaluations leave the snapshot's advice empty. `analyze` reads no snapshot's advice (its report
+        # reconciles what fired over the whole log once), and the reconciler was a sixth of an evaluation
+        self.advise = True
         # the hot path of `analyze` (one call per log record): the state's own methods, one call less per line
         self.ingest = self.state.apply_event  # type: ignore[method-assign]
         self.ingest_row = self.state.apply_row  # type: ignore[method-assign]
@@ -104,9 +107,11 @@ class Engine:
             self._track(sid, j, now)
             if j.firing and j.cause is not None and sid in FAILURE_IDS:
                 self._failure(sid, j, now)
-        firing = evaluator.firing
-        advice = self._reconcile(judgements, st.server_args, st.memory_config, st.headroom_bytes,
-                                 st.total_gpu_bytes, _advice_facts(st, firing), firing=firing)
+        advice: list[Recommendation] = []
+        if self.advise:
+            firing = evaluator.firing
+            advice = self._reconcile(judgements, st.server_args, st.memory_config, st.headroom_bytes,
+                                     st.total_gpu_bytes, _advice_facts(st, firing), firing=firing)
         self.last = _snapshot(now, judgements, advice, self.history)
         return self.last
 

@@ -293,3 +293,23 @@ def test_schema_keys_documented(tmp_path):
     assert table("lines") == set(rep["lines"])
     assert table("startup") == set(rep["startup"])
     assert f'"{rep["schema"]}"' in doc
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_report_is_the_same_when_every_evaluation_advises(tmp_path, name, monkeypatch):
+    """analyze skips the reconciler at each evaluation (engine.advise = False) because its report reconciles
+    once at the end: the report must not change when every evaluation advises, as serve's do."""
+    from exporter import analyze as analyze_module
+    from exporter.config import Config
+    from exporter.engine import Engine
+
+    class Advising(Engine):
+        advise = property(lambda self: True, lambda self, value: None)
+
+    build, _, _ = SCENARIOS[name]
+    w = LogWriter()
+    build(w)
+    log = w.write(tmp_path / f"{name}.log")
+    quiet = analyze_module.analyze([log], Config(), progress=False, series=True)
+    monkeypatch.setattr(analyze_module, "Engine", Advising)
+    assert analyze_module.analyze([log], Config(), progress=False, series=True) == quiet
