@@ -189,7 +189,9 @@ def test_inhibitions_in_a_real_alertmanager(alertmanager):
     _post(base, targets)
     expect_inhibited = {
         ("SGLangServerCrashed", OOMED): "SGLangStartupOOM",
-        ("SGLangQueueBelowRange", CRASHED): "SGLangServerCrashed",
+        # two sources match here (the crash, and the stall it caused, itself inhibited): Alertmanager names the
+        # first one its source cache gives, in map order, so either is right
+        ("SGLangQueueBelowRange", CRASHED): ("SGLangServerCrashed", "SGLangStalled"),
         ("SGLangStalled", CRASHED): "SGLangServerCrashed",
         ("SGLangKVCacheUnderused", STALLED): "SGLangStalled",
         ("SGLangQueueBelowRange", STALLED): "SGLangStalled",
@@ -210,7 +212,8 @@ def test_inhibitions_in_a_real_alertmanager(alertmanager):
     for k, by in expect_inhibited.items():
         st = got[k]["status"]
         assert st["state"] == "suppressed" and st["silencedBy"] == []
-        assert st["inhibitedBy"] == [source_fp[(by, k[1])]], (k, st)
+        allowed = {source_fp[(name, k[1])] for name in ((by,) if isinstance(by, str) else by)}
+        assert st["inhibitedBy"] and set(st["inhibitedBy"]) <= allowed, (k, st)
     for k, a in got.items():
         if k not in expect_inhibited:
             assert a["status"]["state"] == "active" and a["status"]["inhibitedBy"] == [], (k, a["status"])
