@@ -88,9 +88,10 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         self.retractions = TimeWindow(max(window["retractions_frequent"], window["retraction_storm"]))
         self.ooms = {"prefill": TimeWindow(window["oom_prefill"]), "decode": TimeWindow(window["oom_decode"])}
         self.watchdogs = TimeWindow(window["stalled"])
-        t = self.tuning    # the windows expire() drops from (made once: a new epoch clears them in place)
-        self._hit_windows = (self.samples, t.prefix.window, t.chunked.window, t.pd.window)
-        self._time_windows = (self.retractions, *self.ooms.values(), self.watchdogs, t.spec)
+        # the windows expire() drops from (made once: a new epoch clears them in place)
+        tuning_time = tuple(w for w in self.tuning.windows if isinstance(w, TimeWindow))
+        self._hit_windows = (self.samples, *(w for w in self.tuning.windows if not isinstance(w, TimeWindow)))
+        self._time_windows = (self.retractions, *self.ooms.values(), self.watchdogs, *tuning_time)
         self.histograms: dict[str, Histogram] = {}
         self.latency_window = window["latency_high"]
         # counters: never go backwards, across restarts too

@@ -104,7 +104,7 @@ class LogTuning:
         self.chunked, self.chunked_queued = chunked.series(0), chunked.series(1)
         self.spec = TimeWindow(window["spec_accept_low"])      # (t, accept length) of speculating decode lines
         self.pd = HitWindow(window["pd_backlog"]).series(0)    # lines printing PD queues, hit = backlog
-        self._windows = (self.prefix.window, chunked, self.spec, self.pd.window)
+        self.windows = (self.prefix.window, chunked, self.spec, self.pd.window)    # ServerState.expire drops from them
 
     def reads(self, kind: str, values: tuple) -> bool:
         """Whether a batch line of this kind with these `numbers` feeds any tally (a learned layout prints the
@@ -144,13 +144,9 @@ class LogTuning:
         n = self.spec.count_since(since)
         return (self.spec.weight_since(since) / n if n else None), n
 
-    def expire(self, now: float) -> None:
-        for w in self._windows:
-            w.expire(now)
-
     def clear(self) -> None:
         """A new start-up: what the last process's lines said no longer counts."""
-        for w in self._windows:
+        for w in self.windows:
             if isinstance(w, TimeWindow):
                 w.items.clear()
             else:
