@@ -37,16 +37,20 @@ READERS = {
 }
 
 
-def instructions(root: str, code: str, log: Path, tmp: str) -> int:
-    script = f"import sys\nsys.path.insert(0, {root!r})\nLOG = {str(log)!r}\n{code}\n"
-    env = dict(os.environ)
+def callgrind(args: list[str], tmp: str, env: dict | None = None, cwd: str | None = None) -> int:
+    """Instructions of `python *args` under valgrind's callgrind (also used by startup.py)."""
+    env = dict(os.environ if env is None else env)
     env.setdefault("PYTHONHASHSEED", "0")      # str hashes move dict and set costs by up to 10 % between runs
-    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
-                          sys.executable, "-c", script], capture_output=True, text=True, check=False, env=env)
+    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", sys.executable,
+                          *args], capture_output=True, text=True, check=False, env=env, cwd=cwd)
     m = re.search(r"Collected : (\d+)", out.stderr)
     if out.returncode != 0 or m is None:
         raise SystemExit(f"callgrind failed:\n{out.stderr[-2000:]}")
     return int(m.group(1))
+
+
+def instructions(root: str, code: str, log: Path, tmp: str) -> int:
+    return callgrind(["-c", f"import sys\nsys.path.insert(0, {root!r})\nLOG = {str(log)!r}\n{code}\n"], tmp)
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -20,20 +19,18 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from instructions import callgrind  # noqa: E402  (bench/ is not a package)
+
 COMMANDS = {"analyze": ["analyze", "{log}", "--format", "json"], "parse": ["parse", "{log}"]}
 
 
 def instructions(root: str, args: list[str], tmp: str) -> int:
     env = dict(os.environ, PYTHONPATH=root)
-    env.setdefault("PYTHONHASHSEED", "0")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)    # an installed package has its bytecode compiled
     # once without valgrind first: bytecode caches written by this run would count otherwise
     subprocess.run([sys.executable, *args], capture_output=True, check=False, env=env, cwd=root)
-    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", sys.executable,
-                          *args], capture_output=True, text=True, check=False, env=env, cwd=root)
-    m = re.search(r"Collected : (\d+)", out.stderr)
-    if out.returncode != 0 or m is None:
-        raise SystemExit(f"callgrind failed:\n{out.stderr[-2000:]}")
-    return int(m.group(1))
+    return callgrind(args, tmp, env=env, cwd=root)
 
 
 def main(argv=None) -> int:

@@ -45,3 +45,34 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def assert_same_event(a, b) -> None:
+    """Two Events are the same in every way a reader sees: kind, time, rank, line, prefix, fields with their
+    key order and value types."""
+    assert (a.kind, a.time, a.ts, a.rank, a.line, a.prefix) == (b.kind, b.time, b.ts, b.rank, b.line, b.prefix)
+    assert a.fields == b.fields and list(a.fields) == list(b.fields)
+    for k, v in a.fields.items():
+        assert type(b.fields[k]) is type(v), k
+
+
+def assert_block_path_is_generic(lines: list[str], block: int, source: str):
+    """Feed `lines` to the parser's block path (feed_items, `block` lines at a time, rows turned into Events) and,
+    line by line, to a parser that learns nothing (the generic path); assert they give the same Events and
+    counts. Returns (block-path parser, generic parser) for what a test checks beyond that."""
+    from exporter.ingest.events import as_event
+    from exporter.ingest.grammar import Parser
+
+    fast, generic = Parser(source), Parser(source)
+    generic.learning = False
+    got = []
+    for i in range(0, len(lines), block):
+        got += map(as_event, fast.feed_items(lines[i:i + block], i + 1))
+    got += fast.flush()
+    want = [ev for n, text in enumerate(lines, 1) for ev in generic.feed(text, n)] + generic.flush()
+    assert len(got) == len(want)
+    for a, b in zip(want, got):
+        assert_same_event(a, b)
+    assert fast.kinds == generic.kinds and fast.recognised == generic.recognised
+    assert fast.unparsed == generic.unparsed
+    return fast, generic

@@ -1,15 +1,7 @@
 """The parser's block path (grammar/block.py) against the generic path, on the lines its shortcuts are for."""
 from __future__ import annotations
 
-from exporter.ingest.events import as_event
-from exporter.ingest.grammar import Parser
-
-
-def _same_event(a, b) -> None:
-    assert (a.kind, a.time, a.ts, a.rank, a.line, a.prefix) == (b.kind, b.time, b.ts, b.rank, b.line, b.prefix)
-    assert a.fields == b.fields and list(a.fields) == list(b.fields)
-    for k, v in a.fields.items():
-        assert type(b.fields[k]) is type(v), k
+from helpers import assert_block_path_is_generic
 
 
 def test_block_path_shortcuts_give_the_generic_paths_answers():
@@ -33,16 +25,6 @@ def test_block_path_shortcuts_give_the_generic_paths_answers():
         lines += ["", "[2025-08-11 17:17:09] INFO:     127.0.0.1:4000 - \"GET /metrics HTTP/1.1\" 200 OK"]
     lines *= 2
     for block in (1, 3, 7, len(lines)):
-        fast, generic = Parser("sc"), Parser("sc")
-        generic.learning = False
-        got = []
-        for i in range(0, len(lines), block):
-            got += map(as_event, fast.feed_items(lines[i:i + block], i + 1))
-        got += fast.flush()
-        want = [ev for n, text in enumerate(lines, 1) for ev in generic.feed(text, n)] + generic.flush()
-        assert len(got) == len(want)
-        for a, b in zip(want, got):
-            _same_event(a, b)
-        assert fast.kinds == generic.kinds and fast.recognised == generic.recognised
-        assert fast.unparsed == generic.unparsed and fast.unparsed["value_out_of_range"] == 8
+        fast, _ = assert_block_path_is_generic(lines, block, "sc")
+        assert fast.unparsed["value_out_of_range"] == 8
     assert fast._layout_len < 300 and len(lines[2 * 0 + 6 + 2]) > 600   # the longest request log had no skeleton

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from helpers import assert_block_path_is_generic, assert_same_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -136,11 +137,7 @@ def test_prefill_round_trip(new_seq, new_tok, cached, usage, running, queue, pen
 batch_keys = st.sampled_from(sorted(grammar._BATCH_KEYS) + ["cuda graph", "cpu graph"])
 
 
-def _same_event(a, b) -> None:
-    assert (a.kind, a.time, a.ts, a.rank, a.line, a.prefix) == (b.kind, b.time, b.ts, b.rank, b.line, b.prefix)
-    assert a.fields == b.fields and list(a.fields) == list(b.fields)
-    for k, v in a.fields.items():
-        assert type(b.fields[k]) is type(v), k
+_same_event = assert_same_event
 
 
 @SETTINGS
@@ -301,19 +298,9 @@ _REQUEST_LINE = st.builds(
 def test_block_path_equals_the_generic_path(lines, block):
     """feed_items in blocks (rows read by skeletons, turned into Events) gives exactly what the generic path
     gives line by line: events, values and their types, key order, time, rank, counts, format family."""
-    fast, generic = Parser("blk"), Parser("blk")
-    generic.learning = False
     lines = lines * 2          # the second time round every shape and skeleton is known
-    got = []
-    for i in range(0, len(lines), block):
-        got += map(as_event, fast.feed_items(lines[i:i + block], i + 1))
-    got += fast.flush()
-    want = [ev for n, text in enumerate(lines, 1) for ev in generic.feed(text, n)] + generic.flush()
-    assert len(got) == len(want)
-    for a, b in zip(want, got):
-        _same_event(a, b)
-    assert fast.kinds == generic.kinds and fast.recognised == generic.recognised
-    assert fast.unparsed == generic.unparsed and fast.format_family == generic.format_family
+    fast, generic = assert_block_path_is_generic(lines, block, "blk")
+    assert fast.format_family == generic.format_family
     assert fast.layouts == generic.layouts and fast.skipped == generic.skipped and fast.untimed == generic.untimed
 
 
