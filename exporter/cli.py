@@ -119,7 +119,8 @@ def _config(args, **extra):
 
 
 def cmd_analyze(args) -> int:
-    from exporter.analyze import analyze, render_text
+    from exporter.analyze import analyze
+    from exporter.analyze_text import render_text
     for path in args.files:
         problem = _check_input(path)
         if problem:

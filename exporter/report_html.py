@@ -13,8 +13,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from exporter.analyze import format_value
-from exporter.analyze import headline as headline_text
+from exporter.analyze_text import format_value
+from exporter.analyze_text import headline as headline_text
 from exporter.catalog import SIGNALS_BY_ID
 from exporter.failures import STAGE_TEXT
 

@@ -115,7 +115,8 @@ def test_a_generated_log_reads_the_same_behind_a_custom_layout(tmp_path):
 
 
 def test_analyze_and_html_name_the_layouts_and_the_share_read():
-    from exporter.analyze import analyze, render_text
+    from exporter.analyze import analyze
+    from exporter.analyze_text import render_text
     from exporter.config import Config
     from exporter.report_html import render_html
     rep = analyze([str(LAYOUTS / "mixed_restart.log")], Config(), progress=False)

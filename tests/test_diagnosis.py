@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.analyze import analyze, render_text
+from exporter.analyze import analyze
+from exporter.analyze_text import render_text
 from exporter.config import Config
 from exporter.engine import verdict
 from exporter.failures import classify_cause

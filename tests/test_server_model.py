@@ -230,7 +230,8 @@ def test_advice_for_an_unknown_release_names_both_spellings():
 
 
 def test_analyze_reports_the_server_as_a_whole():
-    from exporter.analyze import analyze, render_text
+    from exporter.analyze import analyze
+    from exporter.analyze_text import render_text
     rep = analyze([str(RANKS / "0.4.6-dp4-to-dp2-dpa.log")], Config(), progress=False)
     server = rep["server"]
     assert server["startup_seen"] and server["restarts"] == rep["restarts"] == 1
