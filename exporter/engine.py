@@ -4,7 +4,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from exporter.advice import KV_FULL, Recommendation, Reconciler
 from exporter.catalog import FAILURE_IDS, SIGNALS
@@ -34,20 +34,6 @@ class Snapshot:
     judgements: dict[str, Judgement]
     advice: list[Recommendation]
     history: dict[str, SignalHistory]
-
-
-def _snapshot(now: float, judgements: dict, advice: list, history: dict) -> Snapshot:
-    """Snapshot(...), equal in every way, without the frozen dataclass's __init__ (one object.__setattr__ per
-    field): one is built at every evaluation, as signals._judgement builds Judgements."""
-    snap = _new(Snapshot)
-    d = snap.__dict__
-    d["now"], d["judgements"], d["advice"], d["history"] = now, judgements, advice, history
-    return snap
-
-
-_new = object.__new__
-assert [f.name for f in fields(Snapshot)] == ["now", "judgements", "advice", "history"], \
-    "_snapshot sets every field of Snapshot"
 
 
 class Engine:
@@ -112,7 +98,7 @@ class Engine:
             firing = evaluator.firing
             advice = self._reconcile(judgements, st.server_args, st.memory_config, st.headroom_bytes,
                                      st.total_gpu_bytes, _advice_facts(st, firing), firing=firing)
-        self.last = _snapshot(now, judgements, advice, self.history)
+        self.last = Snapshot(now, judgements, advice, self.history)
         return self.last
 
     def _failure(self, sid: str, j: Judgement, now: float) -> None:

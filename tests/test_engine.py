@@ -11,7 +11,7 @@ import pytest
 from exporter.advice import reconcile
 from exporter.catalog import PROFILES, SIGNALS_BY_ID
 from exporter.config import Config
-from exporter.engine import Engine, Snapshot, _snapshot
+from exporter.engine import Engine
 from exporter.ingest.pipeline import iter_file_events
 from exporter.signals import _JUDGES, Judgement, Sources, _judgement, evaluate, observed_window
 from exporter.simulate import Simulator, load_scenario
@@ -140,11 +140,6 @@ def test_a_judgement_formats_its_detail_when_read():
     assert Judgement("stalled", "critical", None, None).detail == ""
     with pytest.raises(dataclasses.FrozenInstanceError):
         eager.detail = "changed"  # type: ignore[misc]
-
-
-def test_snapshot_without_init_equals_snapshot():
-    j = {"stalled": Judgement("stalled", "critical", True, 3.0, "x")}
-    assert _snapshot(5.0, j, [], {}) == Snapshot(5.0, j, [], {})
 
 
 def test_a_hit_series_counts_are_its_total_and_hits():
