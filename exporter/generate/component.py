@@ -126,8 +126,10 @@ def podmonitor() -> str:
 def kustomization(resources: list[str]) -> str:
     obj = {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component",
            "resources": resources,
-           "patches": [{"path": "sidecar.patch.yaml", "target": dict(TARGET)},
-                       {"path": "command.patch.yaml", "target": dict(TARGET)}],
+           # the command patch first: its test of containers[0] must see the workload as the user wrote it
+           # (the strategic merge would add a container named `sglang` to one laid out otherwise)
+           "patches": [{"path": "command.patch.yaml", "target": dict(TARGET)},
+                       {"path": "sidecar.patch.yaml", "target": dict(TARGET)}],
            "images": [{"name": "sglang-exporter", "newTag": kubernetes.EXPORTER_IMAGE_TAG}]}
     return (_header("the resource list follows which sources exist") +
             f"# Annotate your SGLang Deployment or StatefulSet `{ANNOTATION}: \"true\"` and list this directory\n"
