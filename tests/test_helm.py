@@ -150,14 +150,14 @@ def test_service_monitor_variant():
 
 def test_rules_equal_the_generated_alerts(renderings, tmp_path):
     docs = renderings["sidecar"]
-    rules = {r["metadata"]["name"].rsplit("-", 1)[-1]: r for r in kinds(docs, "PrometheusRule")}
+    rules = {r["metadata"]["name"].removesuffix("-rules").rsplit("-", 1)[-1]: r for r in kinds(docs, "PrometheusRule")}
     for short, src in (("exporter", "sglang-exporter.rules.yml"), ("native", "sglang-native.rules.yml")):
         want = yaml.safe_load((ROOT / "alerts" / src).read_text())["groups"]
         assert rules[short]["spec"]["groups"] == want, f"{src}: run `sglang-exporter generate`"
         assert rules[short]["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     # zero-touch: SGLang's own /metrics only, so only the native rules
     assert [r["metadata"]["name"] for r in kinds(renderings["zero-touch"], "PrometheusRule")] == [
-        "sglang-exporter-native"]
+        "sglang-exporter-native-rules"]
 
 
 def test_native_thresholds_are_values(tmp_path):

@@ -65,7 +65,7 @@ def _rule_template(src: str, name: str, enabled: str, spec: str) -> str:
             "apiVersion: monitoring.coreos.com/v1\n"
             "kind: PrometheusRule\n"
             "metadata:\n"
-            f"  name: {{{{ include \"sglang-exporter.fullname\" . }}}}-{name}\n"
+            f"  name: {{{{ include \"sglang-exporter.fullname\" . }}}}-{name}-rules\n"
             "  namespace: {{ .Release.Namespace }}\n"
             "  labels:\n"
             "    {{- include \"sglang-exporter.monitoringLabels\" . | nindent 4 }}\n"
