@@ -12,6 +12,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -350,3 +351,36 @@ def test_exporter_thresholds_are_values(tmp_path):
     cfg = exporter_config(docs, "sglang-exporter-config", tmp_path)
     assert cfg.signals["queue_above_range"] == {"max_queue": 500} and cfg.profile == "offline"
     assert list(cfg.log_files) == ["/logs/sglang.log"]
+
+
+def notes(values: Path, tmp_path: Path) -> str:
+    """NOTES.txt as `helm install` prints it: `helm template` leaves it out, so a copy of the chart gets one more
+    template that includes it (every template file is a named template under its path)."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "notes-preview.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-preview\ndata:\n  notes: |\n"
+        '    {{- include "sglang-exporter/templates/NOTES.txt" . | nindent 4 }}\n')
+    r = helm("template", "sglang-exporter", str(chart), "--namespace", NAMESPACE, "-f", str(values),
+             "--show-only", "templates/notes-preview.yaml")
+    assert r.returncode == 0, r.stderr
+    return yaml.safe_load(r.stdout)["data"]["notes"]
+
+
+def test_printed_snippet_is_the_charts_own_sidecar(renderings, tmp_path):
+    """What NOTES.txt tells a user to paste (way (a) with Helm) is what the chart's own workload runs."""
+    text = notes(value_sets()["sidecar"], tmp_path)
+    blocks = [yaml.safe_load(b) for b in text.split("\n\n") if b.startswith(("initContainers:", "command:"))]
+    pod, wrap = blocks
+    (tmpl, sidecar), = exporter_containers(renderings["new-deployment"])
+    assert pod["initContainers"] == [sidecar]
+    own = [v for v in tmpl["spec"]["volumes"] if v["name"] not in ("dshm", "models")]
+    assert pod["volumes"] == own
+    sg = tmpl["spec"]["containers"][0]
+    assert wrap["command"] == sg["command"]
+    assert wrap["volumeMounts"] == [m for m in sg["volumeMounts"] if m["name"] in ("logs", "handoff")]
+
+
+def test_zero_touch_notes_name_what_it_cannot_judge(tmp_path):
+    text = notes(value_sets()["zero-touch"], tmp_path)
+    assert "initContainers" not in text and "docs/signal-sources.md" in text
