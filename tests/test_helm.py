@@ -33,7 +33,7 @@ from helm_render import (
 from helpers import require_tool
 
 from exporter.config import build
-from exporter.generate import component
+from exporter.generate import component, kubernetes
 from exporter.ingest.handoff import parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,7 +278,8 @@ def test_one_sidecar_everywhere(renderings):
     assert without_image(component.SIDECAR) == without_image(base_exp)
     (_, chart_exp), = exporter_containers(renderings["new-deployment"])
     assert without_image(chart_exp) == without_image(base_exp)
-    assert chart_exp["image"] == "sglang-exporter:" + yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert chart_exp["image"] == f"{kubernetes.EXPORTER_IMAGE}:{kubernetes.EXPORTER_IMAGE_TAG}"
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"] == kubernetes.EXPORTER_IMAGE_TAG
 
 
 # ---------------------------------------------------------------- the kustomize component, way (a)

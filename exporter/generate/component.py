@@ -28,6 +28,7 @@ LOG_FILE = "/logs/sglang.log"
 HANDOFF_ARGS = [f"--file={LOG_FILE}", "--max-bytes=50MiB", "--backups=2"]
 SGLANG_PORT = 30000
 EXPORTER_PORT = 10060
+IMAGE = f"{kubernetes.EXPORTER_IMAGE}:{kubernetes.EXPORTER_IMAGE_TAG}"
 TARGET = {"group": "apps", "kind": "(Deployment|StatefulSet)", "annotationSelector": f"{ANNOTATION}=true"}
 
 # The exporter container of deploy/kubernetes/base/deployment.yaml, as data (tests/test_helm.py holds the two
@@ -81,7 +82,9 @@ def sidecar_patch() -> str:
            "metadata": {"name": "sglang-exporter-sidecar"},   # ignored: the target selects the workload
            "spec": {"template": {
                "metadata": {"labels": {POD_LABEL: "true"}},
-               "spec": {"initContainers": [SIDECAR],
+               # the image by its full name: an including overlay's `images:` renames it (a Component's own
+               # `images:` would run first and leave the overlay nothing to match)
+               "spec": {"initContainers": [{**SIDECAR, "image": IMAGE}],
                         "containers": [{"name": "sglang",
                                         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
                                         "volumeMounts": [{"name": "logs", "mountPath": "/logs"},
@@ -129,8 +132,7 @@ def kustomization(resources: list[str]) -> str:
            # the command patch first: its test of containers[0] must see the workload as the user wrote it
            # (the strategic merge would add a container named `sglang` to one laid out otherwise)
            "patches": [{"path": "command.patch.yaml", "target": dict(TARGET)},
-                       {"path": "sidecar.patch.yaml", "target": dict(TARGET)}],
-           "images": [{"name": "sglang-exporter", "newTag": kubernetes.EXPORTER_IMAGE_TAG}]}
+                       {"path": "sidecar.patch.yaml", "target": dict(TARGET)}]}
     return (_header("the resource list follows which sources exist") +
             f"# Annotate your SGLang Deployment or StatefulSet `{ANNOTATION}: \"true\"` and list this directory\n"
             "# under `components:` of the kustomization that has it (docs/deploy.md, way (a)).\n" + dump(obj))

@@ -113,7 +113,8 @@ def chart_yaml() -> str:
 def values_yaml(thresholds: dict) -> str:
     block = yaml.safe_dump({"thresholds": thresholds}, sort_keys=False)
     return (HEADER.format(src="exporter/generate/helm.py and the catalog's native thresholds") +
-            VALUES.replace("@THRESHOLDS@\n", "".join("    " + line + "\n" for line in block.splitlines())))
+            VALUES.replace("@IMAGE@", kubernetes.EXPORTER_IMAGE)
+            .replace("@THRESHOLDS@\n", "".join("    " + line + "\n" for line in block.splitlines())))
 
 
 def render(config: Config) -> dict[str, str]:
@@ -145,7 +146,7 @@ fullnameOverride: ""
 exporter:
   enabled: true
   image:
-    repository: sglang-exporter      # where you pushed the image (docs/deploy.md, "The image")
+    repository: @IMAGE@   # or your mirror (docs/deploy.md, "The image")
     tag: ""                          # defaults to the chart's appVersion
     pullPolicy: IfNotPresent
   # true: the sidecar reads SGLang's log through the hand-off wrapper (every signal). false: the metrics-only

@@ -26,6 +26,8 @@ RULE_COPIES = {  # generated file name -> rendered source
 }
 DASHBOARDS_SRC = "dashboards/sglang-dashboards.configmap.yaml"
 STATIC_RESOURCES = ["exporter-configmap.yaml", "deployment.yaml", "service.yaml", "podmonitor.yaml"]
+# what users pull (docs/deploy.md "The image"); the Deployment says `image: sglang-exporter`, set here
+EXPORTER_IMAGE = "ghcr.io/sglang-exporter/sglang-exporter"
 EXPORTER_IMAGE_TAG = "0.1.0"
 LABELS = {"app.kubernetes.io/name": "sglang", "app.kubernetes.io/part-of": "sglang-exporter"}
 
