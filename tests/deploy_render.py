@@ -1,0 +1,128 @@
+"""Every way the bundle can be deployed, rendered to the Kubernetes documents a cluster would receive.
+
+`renderings()` is what the tests of the manifests and of the image iterate over: the kustomizations under
+deploy/kubernetes (by a small resolver of the kustomize features they use, checked against `kubectl
+kustomize` in tests/test_deploy.py). Adding a way in is one entry in RENDERINGS, a name and a function
+returning its documents, e.g. a Helm value set:
+
+    "helm-ci-default": lambda: helm_template(CHART, "ci/default-values.yaml"),
+
+`exporter_runs(docs)` finds, in one rendering, each container that runs the exporter image, with what it
+needs to be started elsewhere: its args, its env and the files its ConfigMap mounts hold.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+K8S = ROOT / "deploy" / "kubernetes"
+EXPORTER_IMAGE = "sglang-exporter"  # the image repository's last path part, whatever the registry
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod"}
+
+
+def load_docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def kustomize(directory: Path) -> list[dict]:
+    """kustomize build, for the subset of kustomize our kustomizations use (asserted)."""
+    k = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    unsupported = set(k) - {"apiVersion", "kind", "resources", "patches", "images"}
+    assert not unsupported, f"{directory}: the test resolver does not support {unsupported}"
+    objs: list[dict] = []
+    for res in k.get("resources", []):
+        p = (directory / res).resolve()
+        assert p.is_relative_to(directory.resolve()) or p.is_dir(), f"{res}: file outside the kustomization root"
+        objs += kustomize(p) if p.is_dir() else load_docs(p)
+    for patch in k.get("patches", []):
+        body = yaml.safe_load(patch["patch"])
+        assert body.pop("$patch", None) == "delete", "only `$patch: delete` patches are supported"
+        before = len(objs)
+        objs = [o for o in objs if not (o["kind"] == body["kind"] and o["apiVersion"] == body["apiVersion"]
+                                        and o["metadata"]["name"] == body["metadata"]["name"])]
+        assert len(objs) == before - 1, f"patch matched nothing: {body}"
+    for img in k.get("images", []):
+        for o in objs:
+            for c in pod_containers(o):
+                name, _, tag = c["image"].partition(":")
+                if name == img["name"]:
+                    c["image"] = f"{img.get('newName', name)}:{img.get('newTag', tag)}"
+    return objs
+
+
+RENDERINGS: dict[str, Callable[[], list[dict]]] = {
+    "kustomize-base": lambda: kustomize(K8S / "base"),
+    "kustomize-servicemonitor": lambda: kustomize(K8S / "variants" / "servicemonitor"),
+}
+
+
+def renderings() -> list[tuple[str, list[dict]]]:
+    """(name, rendered documents) for every way the bundle can be deployed."""
+    return [(name, render()) for name, render in RENDERINGS.items()]
+
+
+def pod_spec_of(obj: dict) -> dict | None:
+    if obj.get("kind") == "Pod":
+        return obj.get("spec")
+    return obj.get("spec", {}).get("template", {}).get("spec")
+
+
+def pod_containers(obj: dict) -> list[dict]:
+    spec = pod_spec_of(obj)
+    return (spec.get("initContainers", []) + spec.get("containers", [])) if spec else []
+
+
+@dataclass
+class ExporterRun:
+    """One exporter container of a rendered workload, as a container runtime needs it."""
+    workload: str            # Kind/name
+    container: dict
+    files: dict[str, str]    # absolute path in the container -> content, from its ConfigMap/Secret mounts
+
+    @property
+    def args(self) -> list[str]:
+        return [str(a) for a in self.container.get("command", []) + self.container.get("args", [])]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {e["name"]: str(e["value"]) for e in self.container.get("env", []) if "value" in e}
+
+
+def image_repository(image: str) -> str:
+    """registry.example.com:5000/sglang-exporter:0.1.0@sha256:... -> registry.example.com:5000/sglang-exporter"""
+    name = image.split("@", 1)[0]
+    head, slash, last = name.rpartition("/")
+    return head + slash + last.split(":", 1)[0]
+
+
+def exporter_runs(docs: list[dict]) -> list[ExporterRun]:
+    """Each container of the rendered workloads whose image is the exporter's."""
+    configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d.get("kind") == "ConfigMap"}
+    runs = []
+    for obj in docs:
+        spec = pod_spec_of(obj) if obj.get("kind") in WORKLOAD_KINDS else None
+        if not spec:
+            continue
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for c in spec.get("initContainers", []) + spec.get("containers", []):
+            if image_repository(c["image"]).rsplit("/", 1)[-1] != EXPORTER_IMAGE:
+                continue
+            files = {}
+            for mount in c.get("volumeMounts", []):
+                source = volumes[mount["name"]].get("configMap")
+                if source is None:
+                    continue
+                data = configmaps[source["name"]]
+                items = source.get("items") or [{"key": k, "path": k} for k in data]
+                for item in items:
+                    if "subPath" in mount:
+                        if item["path"] == mount["subPath"]:
+                            files[mount["mountPath"]] = data[item["key"]]
+                    else:
+                        files[f"{mount['mountPath'].rstrip('/')}/{item['path']}"] = data[item["key"]]
+            runs.append(ExporterRun(f"{obj['kind']}/{obj['metadata']['name']}", c, files))
+    return runs
