@@ -99,6 +99,10 @@ def image_repository(image: str) -> str:
     return head + slash + last.split(":", 1)[0]
 
 
+def runs_exporter(container: dict) -> bool:
+    return image_repository(container["image"]).rsplit("/", 1)[-1] == EXPORTER_IMAGE
+
+
 def exporter_runs(docs: list[dict]) -> list[ExporterRun]:
     """Each container of the rendered workloads whose image is the exporter's."""
     configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d.get("kind") == "ConfigMap"}
@@ -109,7 +113,7 @@ def exporter_runs(docs: list[dict]) -> list[ExporterRun]:
             continue
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         for c in spec.get("initContainers", []) + spec.get("containers", []):
-            if image_repository(c["image"]).rsplit("/", 1)[-1] != EXPORTER_IMAGE:
+            if not runs_exporter(c):
                 continue
             files = {}
             for mount in c.get("volumeMounts", []):

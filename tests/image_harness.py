@@ -27,7 +27,7 @@ BASE_PACKAGES = ["python3", "python3-venv", "python-is-python3", "ca-certificate
 # documentation and translations: a fifth of the root, never read by the exporter
 BASE_EXCLUDES = ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*"]
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-TOOLS = ("buildah", "podman", "runc", "mmdebstrap")
+TOOLS = ("buildah", "podman", "runc", "mmdebstrap", "catatonit")  # catatonit: the pause process of pods
 
 
 def base_recipe() -> list[str]:

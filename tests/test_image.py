@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deploy_render import ExporterRun, exporter_runs, pod_spec_of, renderings
+from deploy_render import ExporterRun, exporter_runs, pod_spec_of, renderings, runs_exporter
 from helpers import IN_CI, free_port, wait_until
 from image_harness import TOOLS, Engine, base_tarball, run
 
@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.real, pytest.mark.image]
 def _need_tools() -> None:
     missing = [t for t in TOOLS if not shutil.which(t)]
     if missing:
-        msg = (f"{', '.join(missing)} not installed (apt-get install buildah podman runc mmdebstrap uidmap; "
+        msg = (f"{', '.join(missing)} not installed (apt-get install buildah podman runc catatonit mmdebstrap uidmap; "
                "scripts/test installs them)")
         pytest.fail(msg) if IN_CI else pytest.skip(msg)
     if os.geteuid() != 0 and not Path("/etc/subuid").exists():
@@ -69,8 +69,9 @@ def _inspect(engine: Engine, name: str) -> dict:
 
 def _healthy(engine: Engine, name: str) -> bool:
     state = _inspect(engine, name)["State"]
-    assert state["Status"] == "running", f"{name} is {state['Status']} (exit {state['ExitCode']}):\n" + \
-        engine.podman("logs", name, check=False).stderr[-2000:]
+    if state["Status"] != "running":  # pytest.fail: not an Exception, so wait_until stops polling at once
+        pytest.fail(f"{name} is {state['Status']} (exit {state['ExitCode']}):\n"
+                    + engine.podman("logs", name, check=False).stderr[-2000:])
     return engine.podman("healthcheck", "run", name, check=False, timeout=30).returncode == 0
 
 
@@ -85,14 +86,14 @@ def _run(engine: Engine, name: str, *options: str, args: list[str]) -> str:
 
 
 def test_image_metadata_and_contents(engine, image):
-    cfg = _inspect(engine, image)
+    cfg = json.loads(engine.podman("image", "inspect", image).stdout)[0]
     labels = cfg["Config"]["Labels"]
     assert labels["org.opencontainers.image.base.name"] == BASE
     assert labels["org.opencontainers.image.revision"] == REVISION
     assert labels["org.opencontainers.image.version"] == "0.1.0"
     assert cfg["Config"]["Entrypoint"] == ["sglang-exporter"] and cfg["Config"]["Cmd"] == ["serve"]
     assert cfg["Config"]["User"] == f"{UID}:{UID}"
-    assert cfg["Config"]["Healthcheck"]["Test"] == ["CMD", "sglang-exporter", "healthcheck"]
+    assert cfg["Healthcheck"]["Test"] == ["CMD", "sglang-exporter", "healthcheck"]
     # no installer in the runtime environment: neither importable nor on disk in the venv
     probe = ("import importlib.util as u, pathlib, sys; "
              "print([m for m in ('pip', 'setuptools', 'pkg_resources', '_distutils_hack') if u.find_spec(m)]); "
@@ -142,6 +143,7 @@ def test_healthcheck_follows_the_listen_address(engine, image, tmp_path, where):
         options += ["--env", f"SGLANG_EXPORTER_LISTEN={listen}"]
     else:
         (tmp_path / "config.yaml").write_text(f"listen: {listen}\n")
+        tmp_path.chmod(0o755)  # readable by the container's uid
         options += ["--volume", f"{tmp_path}:/etc/sglang-exporter:ro"]
         args += ["--config", "/etc/sglang-exporter/config.yaml"]
     name = _run(engine, f"listen-{where}", *options, args=args)
@@ -232,3 +234,118 @@ def test_every_rendered_exporter_container_starts_from_the_image(engine, image, 
         volume_dir = next(d for m, d in empty_dirs.items() if positions.startswith(m.rstrip("/") + "/"))
         assert (volume_dir / Path(positions).name).exists(), "positions not saved on the state volume"
     engine.podman("rm", name)
+
+
+# ---------------------------------------------------------------- a whole pod under podman kube play
+
+
+SIMULATOR = ["/opt/sglang-exporter/bin/sglang-exporter", "simulate", "--scenario", "retraction_storm", "--speed", "10",
+             "--metrics-listen", "127.0.0.1:30000"]
+
+
+def _handoff_pods() -> list[tuple[str, list[dict]]]:
+    """Renderings with a pod where SGLang runs behind the hand-off and the exporter beside it."""
+    return [(name, docs) for name, docs in renderings()
+            if any(_sidecar_and_handoff(d) for d in docs)]
+
+
+def _sidecar_and_handoff(workload: dict) -> bool:
+    spec = pod_spec_of(workload) or {}
+    return bool(_wrapped(workload)) and any(map(runs_exporter, spec.get("initContainers", []) + spec.get(
+        "containers", [])))
+
+
+def _wrapped(workload: dict) -> dict | None:
+    """The container of `workload` whose command runs SGLang behind handoff.py."""
+    return next((c for c in (pod_spec_of(workload) or {}).get("containers", [])
+                 if any(str(a).endswith("/handoff.py") for a in c.get("command", []))), None)
+
+
+def podman_copy(docs: list[dict], image: str) -> list[dict]:
+    """The test's copy of a rendering for podman 4.3's `kube play`, changed only where podman cannot follow
+    (docs/deploy.md "What the pod test cannot cover"):
+    - the native sidecar (an initContainer with restartPolicy: Always) becomes a regular container, listed
+      first: podman runs init containers to completion and refuses probes on them;
+    - no probes (podman turns them into systemd-timer health checks; there is no systemd here);
+    - no ports (podman publishes every containerPort on the host; the pod has only a loopback network);
+    - SGLang's command after `--` becomes the simulator, from the exporter image (by its absolute path: podman
+      4.3 drops the image's PATH when a manifest sets env); its GPU resources go, and the hand-off ConfigMap
+      moves to /opt/sglang-handoff (at /opt/sglang-exporter it would hide that image's venv);
+    - only the workload and its ConfigMaps (kube play knows no Service, PodMonitor or PrometheusRule)."""
+    workload = next(d for d in docs if d.get("kind") in ("Deployment", "StatefulSet") and _sidecar_and_handoff(d))
+    copy = json.loads(json.dumps(workload))
+    spec = pod_spec_of(copy)
+    sidecars = [c for c in spec.get("initContainers", []) if c.get("restartPolicy") == "Always"]
+    spec["initContainers"] = [c for c in spec.get("initContainers", []) if c not in sidecars]
+    if not spec["initContainers"]:
+        del spec["initContainers"]
+    for c in sidecars:
+        del c["restartPolicy"]
+    spec["containers"] = sidecars + spec["containers"]
+    sglang = _wrapped(copy)
+    for c in spec["containers"]:
+        for key in ("livenessProbe", "readinessProbe", "startupProbe", "ports"):
+            c.pop(key, None)
+        if runs_exporter(c):
+            c["image"] = image
+    # the hand-off ConfigMap would hide the exporter image's venv at /opt/sglang-exporter: mounted beside it
+    handoff_mount = next(m for m in sglang["volumeMounts"] if m["name"] == "handoff")
+    moved = "/opt/sglang-handoff"
+    command = [a.replace(handoff_mount["mountPath"], moved) for a in sglang["command"]]
+    handoff_mount["mountPath"] = moved
+    sglang["command"] = command[:command.index("--") + 1] + SIMULATOR
+    sglang.pop("args", None)
+    sglang.pop("resources", None)
+    sglang["image"] = image
+    used = {v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v}
+    return [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] in used] + [copy]
+
+
+@pytest.mark.parametrize("name, docs", _handoff_pods(), ids=[name for name, _ in _handoff_pods()])
+def test_pod_exporter_serves_the_simulators_log_through_the_handoff(engine, image, tmp_path, name, docs):
+    """`podman kube play` of the rendered pod: the simulator writes SGLang's log lines to stdout/stderr, the real
+    handoff.py (from its ConfigMap) copies them to the shared emptyDir, the exporter (its ConfigMap, security
+    context, state volume) reads them and scrapes the simulator's /metrics; its gauges show the storm."""
+    play = tmp_path / "pod.yaml"
+    play.write_text(yaml.safe_dump_all(podman_copy(docs, image), sort_keys=False))
+    engine.podman("kube", "play", "--network", "none", str(play), timeout=180)
+    try:
+        containers = json.loads(engine.podman("ps", "--all", "--format", "json").stdout)
+        by_role = {}
+        for c in containers:
+            for role in ("sglang-exporter", "sglang"):
+                if c["Names"][0].endswith("-" + role) and role not in by_role:
+                    by_role[role] = c["Names"][0]
+        exporter, sglang = by_role["sglang-exporter"], by_role["sglang"]
+        fetch = ("import sys, urllib.request as u; "
+                 "sys.stdout.write(u.urlopen('http://127.0.0.1:10060/metrics', timeout=5).read().decode())")
+
+        def storm_seen() -> str | None:
+            state = _inspect(engine, exporter)["State"]
+            if state["Status"] != "running":
+                pytest.fail(f"{exporter} is {state['Status']}:\n" + engine.podman("logs", exporter).stderr[-2000:])
+            text = engine.podman("exec", exporter, "python", "-c", fetch, check=False).stdout
+            values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                      for line in text.splitlines() if line and not line.startswith("#")}
+            ok = (values.get('sglang_exporter_source_up{source="/logs/sglang.log"}') == 1
+                  and values.get('sglang_exporter_source_up{source="sglang_metrics"}') == 1
+                  and values.get("sglang_exporter_retractions_total", 0) > 0)
+            return text if ok else None
+        wait_until(storm_seen, timeout=120, interval=1, what="the exporter to read the simulated storm")
+        # kubectl logs keeps working: the hand-off copies SGLang's output through
+        assert "Retract requests" in engine.podman("logs", sglang).stderr + engine.podman("logs", sglang).stdout
+        # the security context was applied to the exporter
+        info = _inspect(engine, exporter)
+        assert info["HostConfig"]["ReadonlyRootfs"] is True
+        assert not info["EffectiveCaps"], info["EffectiveCaps"]
+        uids = next(x for x in Path(f"/proc/{info['State']['Pid']}/status").read_text().splitlines()
+                    if x.startswith("Uid:"))
+        assert uids.split()[1:] == [str(UID)] * 4
+        # SIGTERM: a clean stop that leaves the positions file on the exporter-state volume
+        engine.podman("stop", "--time", "20", exporter, timeout=60)
+        info = _inspect(engine, exporter)
+        assert info["State"]["ExitCode"] == 0, engine.podman("logs", exporter).stderr[-2000:]
+        state_dir = next(m["Source"] for m in info["Mounts"] if m["Destination"] == "/var/lib/sglang-exporter")
+        assert (Path(state_dir) / "positions.json").is_file()
+    finally:
+        engine.podman("kube", "down", str(play), check=False, timeout=120)
