@@ -1,7 +1,8 @@
 """Kubernetes manifests (deploy/kubernetes), the image (Dockerfile) and their generated parts.
 
-Rendering: a tiny resolver of the kustomizations we ship (resources, `$patch: delete` patches, images), checked
-against `kubectl kustomize` where kubectl is installed. Schemas: kubernetes-validate, strict, for the oldest
+Rendering: tests/deploy_render.py (a tiny resolver of the kustomizations we ship: resources, `$patch: delete`
+patches, images), checked against `kubectl kustomize` where kubectl is installed; its `renderings()` lists every
+way the bundle can be deployed. Schemas: kubernetes-validate, strict, for the oldest
 Kubernetes with native sidecars on by default (1.29) and for their GA release (1.33). CRDs (PodMonitor,
 ServiceMonitor, PrometheusRule) have no schema there; their structure is checked here.
 """

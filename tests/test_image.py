@@ -32,6 +32,7 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"
 UID = 65532
 
 pytestmark = [pytest.mark.real, pytest.mark.image]
+RENDERED = renderings()  # once per session: the parameters and the tests read the same documents
 
 
 def _need_tools() -> None:
@@ -158,7 +159,7 @@ def test_healthcheck_follows_the_listen_address(engine, image, tmp_path, where):
 
 
 def _manifest_runs() -> list[tuple[str, ExporterRun]]:
-    return [(f"{name}:{run.workload}", run) for name, docs in renderings() for run in exporter_runs(docs)]
+    return [(f"{name}:{run.workload}", run) for name, docs in RENDERED for run in exporter_runs(docs)]
 
 
 def _security_options(container: dict, pod: dict) -> list[str]:
@@ -189,7 +190,7 @@ def test_every_rendered_exporter_container_starts_from_the_image(engine, image, 
     """Started as its manifest says (args, env, the ConfigMap's files at their mountPaths, emptyDirs, the security
     context, the memory limit): healthy, serving, still running with no restart; SIGTERM stops it with exit 0
     after it saved its positions on the state volume."""
-    docs = dict(renderings())[label.split(":")[0]]
+    docs = dict(RENDERED)[label.split(":")[0]]
     workload = next(d for d in docs if f"{d['kind']}/{d['metadata']['name']}" == exporter.workload)
     pod = pod_spec_of(workload)
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -245,7 +246,7 @@ SIMULATOR = ["/opt/sglang-exporter/bin/sglang-exporter", "simulate", "--scenario
 
 def _handoff_pods() -> list[tuple[str, list[dict]]]:
     """Renderings with a pod where SGLang runs behind the hand-off and the exporter beside it."""
-    return [(name, docs) for name, docs in renderings()
+    return [(name, docs) for name, docs in RENDERED
             if any(_sidecar_and_handoff(d) for d in docs)]
 
 
