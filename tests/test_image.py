@@ -335,8 +335,10 @@ def test_pod_exporter_serves_the_simulators_log_through_the_handoff(engine, imag
         wait_until(storm_seen, timeout=120, interval=1, what="the exporter to read the simulated storm")
         # kubectl logs keeps working: the hand-off copies SGLang's output through
         assert "Retract requests" in engine.podman("logs", sglang).stderr + engine.podman("logs", sglang).stdout
-        # the security context was applied to the exporter
+        # the security context was applied to the exporter, which never restarted (the crash loop of an
+        # entrypoint that clashed with the manifest's args would show here, under restartPolicy Always)
         info = _inspect(engine, exporter)
+        assert info["RestartCount"] == 0, engine.podman("logs", exporter).stderr[-2000:]
         assert info["HostConfig"]["ReadonlyRootfs"] is True
         assert not info["EffectiveCaps"], info["EffectiveCaps"]
         uids = next(x for x in Path(f"/proc/{info['State']['Pid']}/status").read_text().splitlines()
