@@ -21,7 +21,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "kubernetes"
 EXPORTER_IMAGE = "sglang-exporter"  # the image repository's last path part, whatever the registry
-WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod"}
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod", "LeaderWorkerSet"}
 
 
 def load_docs(path: Path) -> list[dict]:
@@ -65,23 +65,36 @@ def renderings() -> list[tuple[str, list[dict]]]:
     return [(name, render()) for name, render in RENDERINGS.items()]
 
 
-def pod_spec_of(obj: dict) -> dict | None:
+def pod_specs(obj: dict) -> dict[str, dict]:
+    """The pod specs of a workload by role ("" for the only one; LeaderWorkerSet: "leader", "worker")."""
+    spec = obj.get("spec") or {}
     if obj.get("kind") == "Pod":
-        return obj.get("spec")
-    return obj.get("spec", {}).get("template", {}).get("spec")
+        return {"": spec}
+    if obj.get("kind") == "LeaderWorkerSet":
+        lws = spec.get("leaderWorkerTemplate") or {}
+        return {role: t["spec"] for role in ("leader", "worker")
+                if (t := lws.get(f"{role}Template")) and t.get("spec")}
+    template = (spec.get("template") or {}).get("spec")
+    return {"": template} if template else {}
+
+
+def pod_spec_of(obj: dict) -> dict | None:
+    """The pod spec of a single-template workload (Deployment, StatefulSet, ...), or None."""
+    return pod_specs(obj).get("")
 
 
 def pod_containers(obj: dict) -> list[dict]:
-    spec = pod_spec_of(obj)
-    return (spec.get("initContainers", []) + spec.get("containers", [])) if spec else []
+    return [c for spec in pod_specs(obj).values()
+            for c in spec.get("initContainers", []) + spec.get("containers", [])]
 
 
 @dataclass
 class ExporterRun:
     """One exporter container of a rendered workload, as a container runtime needs it."""
-    workload: str            # Kind/name
+    workload: str            # Kind/name, and /role for a LeaderWorkerSet's leader or worker pods
+    pod: dict                # the pod spec it runs in (volumes, pod securityContext)
     container: dict
-    files: dict[str, str]    # absolute path in the container -> content, from its ConfigMap/Secret mounts
+    files: dict[str, str]    # absolute path in the container -> content, from its ConfigMap mounts
 
     @property
     def args(self) -> list[str]:
@@ -107,10 +120,8 @@ def exporter_runs(docs: list[dict]) -> list[ExporterRun]:
     """Each container of the rendered workloads whose image is the exporter's."""
     configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d.get("kind") == "ConfigMap"}
     runs = []
-    for obj in docs:
-        spec = pod_spec_of(obj) if obj.get("kind") in WORKLOAD_KINDS else None
-        if not spec:
-            continue
+    for obj, role, spec in [(o, r, p) for o in docs if o.get("kind") in WORKLOAD_KINDS
+                            for r, p in pod_specs(o).items()]:
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         for c in spec.get("initContainers", []) + spec.get("containers", []):
             if not runs_exporter(c):
@@ -128,5 +139,6 @@ def exporter_runs(docs: list[dict]) -> list[ExporterRun]:
                             files[mount["mountPath"]] = data[item["key"]]
                     else:
                         files[f"{mount['mountPath'].rstrip('/')}/{item['path']}"] = data[item["key"]]
-            runs.append(ExporterRun(f"{obj['kind']}/{obj['metadata']['name']}", c, files))
+            workload = f"{obj['kind']}/{obj['metadata']['name']}" + (f"/{role}" if role else "")
+            runs.append(ExporterRun(workload, spec, c, files))
     return runs

@@ -166,7 +166,7 @@ def _security_options(container: dict, pod: dict) -> list[str]:
     """podman options for a container's securityContext (over the pod's)."""
     sc = {**(pod.get("securityContext") or {}), **(container.get("securityContext") or {})}
     known = {"runAsNonRoot", "runAsUser", "runAsGroup", "readOnlyRootFilesystem", "allowPrivilegeEscalation",
-             "privileged", "capabilities", "seccompProfile"}
+             "privileged", "capabilities", "seccompProfile", "fsGroup", "supplementalGroups"}
     assert set(sc) <= known, f"the test does not apply {set(sc) - known}"
     user = sc.get("runAsUser")
     if sc.get("runAsNonRoot"):
@@ -174,6 +174,8 @@ def _security_options(container: dict, pod: dict) -> list[str]:
     options = []
     if user is not None:
         options += ["--user", f"{user}:{sc.get('runAsGroup', user)}"]
+    for group in ([sc["fsGroup"]] if "fsGroup" in sc else []) + list(sc.get("supplementalGroups", [])):
+        options += ["--group-add", str(group)]
     if sc.get("readOnlyRootFilesystem"):
         options.append("--read-only")
     if sc.get("allowPrivilegeEscalation") is False:
@@ -190,9 +192,7 @@ def test_every_rendered_exporter_container_starts_from_the_image(engine, image, 
     """Started as its manifest says (args, env, the ConfigMap's files at their mountPaths, emptyDirs, the security
     context, the memory limit): healthy, serving, still running with no restart; SIGTERM stops it with exit 0
     after it saved its positions on the state volume."""
-    docs = dict(RENDERED)[label.split(":")[0]]
-    workload = next(d for d in docs if f"{d['kind']}/{d['metadata']['name']}" == exporter.workload)
-    pod = pod_spec_of(workload)
+    pod = exporter.pod
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     options = ["--network", "none", *_security_options(exporter.container, pod)]
     for key, value in exporter.env.items():
