@@ -1,4 +1,4 @@
-"""Command line: serve, parse, analyze, check-config, generate, simulate, demo.
+"""Command line: serve, parse, analyze, check-config, generate, simulate, healthcheck, demo.
 
 Exit codes: 0 ok, 2 usage or configuration error (the message names the flag, file or key), 1 runtime failure.
 """
@@ -165,13 +165,21 @@ def cmd_check_config(args) -> int:
     return EXIT_OK
 
 
+def serve_config(args, environ=os.environ):
+    """The configuration `serve` runs with: its flags over `environ` over its config file over the defaults.
+    `healthcheck` resolves the listen address of a running serve through this same function."""
+    flags = {"profile": args.profile, "log_files": args.log_file,
+             "from_start": True if args.from_start else None, "from_end": True if args.from_end else None,
+             "positions_file": args.positions_file, "sglang_url": args.sglang_url, "listen": args.listen,
+             "web_config": args.web_config, "scrape_interval": args.scrape_interval,
+             "scrape_timeout": args.scrape_timeout}
+    return build(flags, environ=environ, config_file=args.config)
+
+
 def cmd_serve(args) -> int:
     from exporter.server import load_web_config, make_server, serve_in_thread
     from exporter.sidecar import Sidecar
-    cfg = _config(args, log_files=args.log_file, from_start=True if args.from_start else None,
-                  from_end=True if args.from_end else None, positions_file=args.positions_file,
-                  sglang_url=args.sglang_url, listen=args.listen, web_config=args.web_config,
-                  scrape_interval=args.scrape_interval, scrape_timeout=args.scrape_timeout)
+    cfg = serve_config(args)
     if not cfg.log_files and not cfg.sglang_url:
         raise ConfigError("nothing to watch: give --log-file and/or --sglang-url "
                           "(or try `sglang-exporter demo`)")
@@ -241,6 +249,11 @@ def cmd_generate(args) -> int:
     for rel in generate.write(files, root):
         print(f"wrote {rel}" if rel in files else f"removed {rel}")
     return EXIT_OK
+
+
+def cmd_healthcheck(args) -> int:
+    from exporter.healthcheck import run
+    return run(args.pid, args.timeout)
 
 
 def cmd_demo(args) -> int:
@@ -321,6 +334,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             s.set_defaults(func=simulate.main)
     except ImportError:
         pass
+
+    s = sub.add_parser("healthcheck", help="exit 0 when the running `serve` answers /healthz at the address it "
+                       "was configured with (flag, environment or config file); the image's HEALTHCHECK")
+    s.add_argument("--pid", type=int, metavar="PID", help="the serve process (default: PID 1 if it is serve, "
+                   "else the first serve process found)")
+    s.add_argument("--timeout", type=float, default=4.0, metavar="S", help="HTTP timeout in seconds (4)")
+    s.set_defaults(func=cmd_healthcheck)
 
     s = sub.add_parser("demo", help="simulated SGLang + the sidecar, to see signals change without a GPU")
     s.add_argument("--scenario", default="retraction_storm", help="scenario to simulate (see simulate --list)")
