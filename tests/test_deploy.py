@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deploy_render import exporter_runs, kustomize, load_docs, pod_containers, renderings
+from deploy_render import WORKLOAD_KINDS, exporter_runs, kustomize, load_docs, pod_containers, renderings
 from helpers import IN_CI, require_tool
 
 from exporter import generate
@@ -360,7 +360,10 @@ def test_every_rendered_exporter_container_is_a_command_of_the_image(name, docs)
 
     entrypoint = dockerfile_instruction((ROOT / "Dockerfile").read_text(), "ENTRYPOINT")
     runs = exporter_runs(docs)
-    assert runs, f"{name}: no exporter container"
+    # value sets that render no workload (the chart's sidecar snippet is printed by NOTES.txt, held equal to the
+    # new-deployment rendering's sidecar by tests/test_helm.py) have nothing to start
+    workloads = [d["kind"] for d in docs if d.get("kind") in WORKLOAD_KINDS]
+    assert runs or not workloads, f"{name}: workloads {workloads} but no exporter container"
     for run in runs:
         assert "command" not in run.container, f"{name} {run.workload}: the image's ENTRYPOINT is the command"
         argv = (entrypoint + run.args)[1:]
