@@ -237,14 +237,15 @@ def _timestamps(ranges: Iterable[tuple[str, int, int]], max_line_bytes: int) -> 
     for file, start, end in ranges:
         sp = SourceParser(file)
         for block in read_range(file, start, end, max_line_bytes):
-            for it in sp.feed_block_items(block):
-                ts = it[2] if it.__class__ is tuple else it.ts
-                if ts is not None:
-                    yield ts
-        for it in sp.flush():
-            ts = it[2] if it.__class__ is tuple else it.ts
-            if ts is not None:
-                yield ts
+            yield from _stamps(sp.feed_block_items(block))
+        yield from _stamps(sp.flush())
+
+
+def _stamps(items: list) -> Iterable[float]:
+    for it in items:
+        ts = it[2] if it.__class__ is tuple else it.ts     # a batch row (a tuple) or an Event
+        if ts is not None:
+            yield ts
 
 
 def clock_map(ranges: list[tuple[str, int, int]], path: str, now: float | None = None,

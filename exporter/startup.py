@@ -27,6 +27,13 @@ def join_and_replay(sc) -> None:
     history, build and join ``sc.follower``, read what was written while no sidecar ran, save positions."""
     cfg = sc.config
     saved = checkpoint.load(cfg.positions_file) if cfg.positions_file else None
+    foreign = checkpoint.written_for(saved, cfg.log_files) if saved is not None else None
+    if foreign:
+        # another sidecar's file (or this one's before its logs changed): continuing its counters would add
+        # another server's counts to ours
+        log.warning("positions file %s: %s, not for %s; its positions and counters are not used (starting "
+                    "fresh)", cfg.positions_file, foreign, ", ".join(cfg.log_files))
+        saved = None
     history = History(sc)
     start_at: dict = {}
     counted: list = []           # (path, ranges, placer): replayed after the saved counters are restored

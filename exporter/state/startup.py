@@ -66,7 +66,8 @@ class StartupFacts(StatePart):
         """A line of the start-up sequence: every rank prints its own (load weight, memory pool, capacity,
         CUDA graph), so a line is a restart only with evidence that the process started again: the caller's,
         a rank starting again after its own batch lines (or after a crash), or the source's clock going
-        back once the start-up block ended (ready, batch lines or a crash). Otherwise it joins the current start-up (or opens the first one)."""
+        back once the start-up block ended (ready, batch lines or a crash). Otherwise it joins the current
+        start-up (or opens the first one)."""
         label = rank_label(ev.rank)
         if evidence is None and kind in _RANK_STARTS and ev.fields.get("phase") != "end":
             if label in self._batch_ranks:
