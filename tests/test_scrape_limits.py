@@ -101,3 +101,32 @@ def test_the_scrape_timeout_covers_parsing(upstream):
     elapsed = time.monotonic() - start
     assert not res.success and res.error.startswith("timeout"), res.error
     assert elapsed < 1.0 + 1.5, elapsed              # one 64 KiB piece's parse past the deadline at most
+
+
+def _same(a, b) -> bool:
+    keep = ("success", "ranks", "counters", "counter_series", "histograms", "model", "families", "rejected",
+            "present", "seen")
+    return all(getattr(a, k) == getattr(b, k) for k in keep)
+
+
+def test_families_cut_into_parts_fold_to_the_same_result(monkeypatch):
+    """Every release's exposition (tests/conformance), with bad samples in a counter and a histogram too, gives
+    the same result whole and cut into parts of 1 sample: the parts add up, a bad sample in any part still
+    drops its counter or histogram."""
+    from exporter import scrape as scrape_module
+    pages = sorted((ROOT / "tests" / "conformance" / "expositions").rglob("*.prom"))
+    assert pages
+    texts = [p.read_text() for p in pages]
+    bad = texts[-1]
+    lines = bad.splitlines(keepends=True)
+    for marker in ("_bucket{", "_total{"):           # the last bucket of a histogram, the last counter sample
+        i = max(i for i, ln in enumerate(lines) if ln.startswith("sglang:") and marker in ln)
+        lines[i] = lines[i].rsplit(" ", 1)[0] + " NaN\n"
+    bad = "".join(lines)
+    assert bad != texts[-1]
+    texts.append(bad)
+    whole = [scrape_module.parse_exposition(t) for t in texts]
+    monkeypatch.setattr(scrape_module, "FAMILY_PART", 1)
+    for text, expected in zip(texts, whole):
+        assert _same(scrape_module.parse_exposition(text), expected)
+    assert whole[-1].rejected and whole[-1].rejected != whole[-2].rejected
