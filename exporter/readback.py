@@ -23,7 +23,7 @@ from exporter.ingest.pipeline import SourceParser
 DEFAULT_READBACK_BYTES = 256 << 20
 _CHUNK = 1 << 20
 _SERVER_ARGS = re.compile(rb"server_args=(?:ServerArgs\(|\{)")
-_TAIL_BYTES = 64 << 10          # the end of a log read to find its last timestamp
+TAIL_BYTES = 64 << 10          # the end of a log read to find its last timestamp
 _ZONE_STEP = 900.0              # UTC offsets are multiples of 15 minutes
 _ZONE_SLACK = 120.0             # how far from such a multiple an estimate may be and still be taken as a zone
 # how far a log's clock may go back between two lines before it is a clock step (DST fall-back, NTP step) and
@@ -135,7 +135,7 @@ def last_timestamp(path: str, end: int) -> float | None:
     """The latest log timestamp among the lines that end before `end` (read from the file's last 64 KiB)."""
     try:
         with open(path, "rb") as fh:
-            lo = max(0, end - _TAIL_BYTES)
+            lo = max(0, end - TAIL_BYTES)
             fh.seek(lo)
             data = fh.read(end - lo)
     except OSError:

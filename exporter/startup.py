@@ -87,12 +87,15 @@ def join_and_replay(sc) -> None:
         if path in sc.follower.stats:
             sc.follower.stats[path].lines_read += n
     # what was written while we were down (resumed sources) is history too: read it now, on its clock (a
-    # source resumed in a file rotated since has no map yet: one is made from the current file's tail)
+    # source resumed in a file rotated since, or whose map saw no timestamp, gets one from the current file's
+    # tail, once)
+    tails: set[str] = set()
     while True:
         for block in sc.follower.poll_blocks():
             placer = history.placers.get(block.source)
-            if placer is None and block.source not in history.placers:
-                placer = history.clock_for(block.source, _tail(block.source, cfg.readback_bytes))
+            if placer is None and block.source not in tails:
+                tails.add(block.source)
+                placer = history.clock_for(block.source, _tail(block.source, readback.TAIL_BYTES))
             history.ingest(sc.log_sources.feed_blocks([block]), placer)
         if not sc.follower.backlog:
             break

@@ -7,6 +7,8 @@ import os
 import time
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from exporter import readback
 from exporter.config import Config
 from exporter.sidecar import Sidecar
@@ -59,17 +61,28 @@ def judge(log, **cfg) -> tuple[dict, Sidecar]:
     return {sid: view.snapshot.judgements[sid].firing for sid in PAGING}, sc
 
 
-def test_dst_fall_back_replays_the_hour_before_it_where_it_happened(tmp_path):
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
+def test_dst_fall_back_replays_the_hour_before_it_where_it_happened(tmp_path, resumed):
     """Central Europe, 25 minutes after the clocks went back: the log's clock read 02:00-02:59 twice. A storm
-    in the hour before the step ended 25 minutes ago; on one offset it is replayed as now (both signals fire)."""
-    now, log = real_now(), tmp_path / "sglang.log"
+    in the hour before the step ended 25 minutes ago; on one offset it is replayed as now (both signals fire).
+    Fresh: no positions file, the latest start-up replayed. Resumed: a sidecar counted the storm and stopped;
+    the lines after the step were written while none ran."""
+    now, log, pos = real_now(), tmp_path / "sglang.log", tmp_path / "positions.json"
     summer, winter = timedelta(hours=2), timedelta(hours=1)
     step = now - timedelta(minutes=25)
-    lines = [startup(step - timedelta(minutes=70) + summer)]
-    lines += storm(step - timedelta(minutes=60), 60, summer)
-    lines += quiet(step, 25, winter)
-    log.write_text("".join(lines))
-    firing, sc = judge(log)
+    before = [startup(step - timedelta(minutes=70) + summer)] + storm(step - timedelta(minutes=60), 60, summer)
+    after = quiet(step, 25, winter)
+    cfg = {"positions_file": str(pos)} if resumed else {}
+    if resumed:
+        log.write_text("".join(before))
+        first = Sidecar(Config(log_files=(str(log),), **cfg))
+        first.prepare()
+        first.shutdown()
+        with open(log, "a") as fh:
+            fh.write("".join(after))
+    else:
+        log.write_text("".join(before + after))
+    firing, sc = judge(log, **cfg)
     assert firing == {"retraction_storm": False, "retractions_frequent": False}
     assert sc.engine.state.retractions_total == 1200          # every line is counted, where it happened
     assert sc.engine.state.restarts == 0
