@@ -37,7 +37,14 @@ _COUNTERS = tuple(v.name for v in NATIVE_VALUES if v.kind == "counter")
 _SUMMED_GAUGES = frozenset(v.name for v in NATIVE_VALUES if v.per_process)   # one series per pid: they add up
 MAX_SEEN = 512         # SGLang family names kept per scrape (to tell the release's families; bounded)
 HISTOGRAMS = tuple(f for v in NATIVE_VALUES if v.kind == "histogram" for f in v.families)
-REJECT_REASONS = ("non_finite", "out_of_range", "bad_le")
+REJECT_REASONS = ("non_finite", "out_of_range", "bad_le", "too_many_series")
+# what one scrape keeps is bounded whatever the page (a page is parsed as it arrives, so its size alone costs
+# no memory): rank label sets, series per counter, bucket bounds per histogram. SGLang's own page has a few of
+# each; past a bound the samples are rejected as too_many_series (a counter or histogram past it is dropped
+# whole: a sum or a distribution missing a part would be wrong)
+MAX_SCRAPE_RANKS = 256
+MAX_COUNTER_SERIES = 4096
+MAX_BUCKETS = 256
 MAX_REASON = 200       # characters of a failure reason (it may quote what the peer sent)
 
 
@@ -86,8 +93,12 @@ def _believable(res: ScrapeResult, kind: str, value) -> bool:
         if low <= v <= high:
             return True
         reason = "out_of_range"
-    res.rejected[reason] = res.rejected.get(reason, 0) + 1
+    _reject(res, reason)
     return False
+
+
+def _reject(res: ScrapeResult, reason: str, n: int = 1) -> None:
+    res.rejected[reason] = res.rejected.get(reason, 0) + n
 
 
 def _bucket_bound(res: ScrapeResult, le: str) -> float | None:
@@ -212,7 +223,13 @@ def _read_family(fold: _Fold, fam, short: str, ours: str, kind: str, rank: int) 
                 continue
             if not _believable(res, ours, s.value):
                 continue
-            vals = res.ranks.setdefault(_rank(s.labels), {})
+            rank_key = _rank(s.labels)
+            vals = res.ranks.get(rank_key)
+            if vals is None:
+                if len(res.ranks) >= MAX_SCRAPE_RANKS:
+                    _reject(res, "too_many_series")
+                    continue
+                vals = res.ranks[rank_key] = {}
             if ours == "cuda_graph":
                 vals[ours] = bool(s.value)
             elif ours in _SUMMED_GAUGES:
@@ -236,6 +253,10 @@ def _read_family(fold: _Fold, fam, short: str, ours: str, kind: str, rank: int) 
             merged = res.histograms.setdefault(short, {})
             for le, n in buckets.items():
                 merged[le] = merged.get(le, 0.0) + n
+            if len(merged) > MAX_BUCKETS:
+                _reject(res, "too_many_series", len(merged))
+                fold.bad_histograms.add(short)
+                res.histograms.pop(short)
     else:
         series: dict | None = {}
         label, wanted = SERIES_FILTERS.get(ours, (None, None))
@@ -257,6 +278,9 @@ def _read_family(fold: _Fold, fam, short: str, ours: str, kind: str, rank: int) 
             if kept is not None:
                 for k, v in series.items():
                     kept[k] = kept.get(k, 0.0) + v
+                if len(kept) > MAX_COUNTER_SERIES:
+                    _reject(res, "too_many_series", len(kept))
+                    fold.counters[key] = None
 
 
 # ------------------------------------------------------------------------------------------------ fetching

@@ -130,3 +130,22 @@ def test_families_cut_into_parts_fold_to_the_same_result(monkeypatch):
     for text, expected in zip(texts, whole):
         assert _same(scrape_module.parse_exposition(text), expected)
     assert whole[-1].rejected and whole[-1].rejected != whole[-2].rejected
+
+
+def test_what_one_scrape_keeps_is_bounded_whatever_the_page():
+    """Rank label sets, series of a counter and bucket bounds of a histogram past their bounds are rejected as
+    too_many_series (a counter or histogram past its bound is dropped whole), so a page of many distinct
+    series costs no more than a page of a few."""
+    from exporter import scrape as s
+    ranks = "".join(f'sglang:num_running_reqs{{tp_rank="{i}"}} 1\n' for i in range(s.MAX_SCRAPE_RANKS + 44))
+    counter = "".join(f'sglang:num_requests_total{{client="c{i}"}} 1\n' for i in range(s.MAX_COUNTER_SERIES + 1))
+    buckets = "".join(f'sglang:time_to_first_token_seconds_bucket{{le="{i}.5"}} {i}\n'
+                      for i in range(s.MAX_BUCKETS + 1))
+    res = s.parse_exposition("# TYPE sglang:num_running_reqs gauge\n" + ranks +
+                             "# TYPE sglang:num_requests_total counter\n" + counter +
+                             "# TYPE sglang:time_to_first_token_seconds histogram\n" + buckets)
+    assert len(res.ranks) == s.MAX_SCRAPE_RANKS
+    few = s.parse_exposition("# TYPE sglang:num_requests_total counter\n" + "".join(counter.splitlines(True)[:10]))
+    assert few.counters["requests"] == 10                   # the same counter with few series is read
+    assert "requests" not in res.counters and res.histograms == {}
+    assert res.rejected["too_many_series"] == 44 + s.MAX_COUNTER_SERIES + 1 + s.MAX_BUCKETS + 1
