@@ -23,7 +23,7 @@ from exporter.ingest.pipeline import SourceParser
 DEFAULT_READBACK_BYTES = 256 << 20
 _CHUNK = 1 << 20
 _SERVER_ARGS = re.compile(rb"server_args=(?:ServerArgs\(|\{)")
-TAIL_BYTES = 64 << 10          # the end of a log read to find its last timestamp
+TAIL_BYTES = 64 << 10          # the end of a log a clock is mapped over when nothing else of it is replayed
 _ZONE_STEP = 900.0              # UTC offsets are multiples of 15 minutes
 _ZONE_SLACK = 120.0             # how far from such a multiple an estimate may be and still be taken as a zone
 # how far a log's clock may go back between two lines before it is a clock step (DST fall-back, NTP step) and
@@ -131,27 +131,6 @@ def history(path: str, end: int, max_bytes: int = DEFAULT_READBACK_BYTES,
     return [(path, 0, end)] if 0 < end <= max_bytes else []
 
 
-def last_timestamp(path: str, end: int) -> float | None:
-    """The latest log timestamp among the lines that end before `end` (read from the file's last 64 KiB)."""
-    try:
-        with open(path, "rb") as fh:
-            lo = max(0, end - TAIL_BYTES)
-            fh.seek(lo)
-            data = fh.read(end - lo)
-    except OSError:
-        return None
-    if lo > 0:
-        data = data[data.find(b"\n") + 1:]          # skip the partial first line
-    latest = None
-    sp = SourceParser(path)
-    texts = data.decode("utf-8", "replace").split("\n")
-    for it in sp.feed_block_items(Block(path, 1, texts)) + sp.flush():
-        ts = it[2] if it.__class__ is tuple else it.ts
-        if ts is not None and (latest is None or ts > latest):
-            latest = ts
-    return latest
-
-
 def _zone_offset(diff: float) -> float:
     """A measured log-to-real-time difference: snapped to the nearest quarter hour when it is that close to one
     (the log's zone plus a few seconds of delay), taken as measured otherwise (a clock that is simply off)."""
@@ -167,17 +146,6 @@ def _mtime_on(path: str, now: float | None) -> float | None:
     except OSError:
         return None
     return mtime if now is None else now - (time.time() - mtime)
-
-
-def clock_offset(path: str, end: int, now: float | None = None) -> float | None:
-    """Seconds to add to the log's timestamps to get the reader's time, from its latest timestamp in the last
-    64 KiB before `end` and the file's mtime; None when the log has no timestamps there. One offset for the
-    whole log: `clock_map` is the one that follows clock steps."""
-    ts = last_timestamp(path, end)
-    mtime = _mtime_on(path, now)
-    if ts is None or mtime is None:
-        return None
-    return _zone_offset(mtime - ts)
 
 
 class ClockSteps:
