@@ -138,7 +138,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_worker_errors_total", "counter", "Unexpected errors caught in a worker (follow, scrape, "
                "evaluate, positions); the worker goes on.", ("worker",)),
     MetricSpec(f"{NS}_scrape_samples_rejected_total", "counter", "Samples of SGLang's /metrics dropped as "
-               "malformed, by reason (non_finite, out_of_range, bad_le).", ("reason",)),
+               "malformed, by reason (non_finite, out_of_range, bad_le; too_many_series: past what one scrape "
+               "keeps of rank label sets, series of a counter or buckets of a histogram).", ("reason",)),
     MetricSpec(f"{NS}_exposition_errors_total", "counter", "Metric families left out of this /metrics "
                "because building them failed (the rest are served), by family.", ("family",)),
 )

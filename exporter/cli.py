@@ -189,6 +189,7 @@ def cmd_serve(args) -> int:
     configure_logging(_log_setting(args.log_level, "--log-level", LOG_LEVELS, "info"),
                       _log_setting(args.log_format, "--log-format", LOG_FORMATS, "text"))
     sidecar = Sidecar(cfg)
+    sidecar.claim_positions()      # a second sidecar on one positions file stops here: exit 2, naming the holder
     try:
         server = make_server(sidecar, host, port, web)
     except OSError as exc:
@@ -197,9 +198,18 @@ def cmd_serve(args) -> int:
     done = threading.Event()
 
     def stop(signum, frame):
+        if signum == signal.SIGHUP:
+            # a clean stop, not a reload: the configuration is read once, at start; whoever runs us (Kubernetes,
+            # systemd with Restart=always) starts a new sidecar, which reads it again and resumes from the
+            # positions file
+            log.warning("received SIGHUP: stopping cleanly (positions saved); the configuration is not reloaded "
+                        "in place, start sglang-exporter again to apply it")
+        else:
+            log.info("received %s: stopping", signal.Signals(signum).name)
         done.set()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, stop)
     # the port is bound (a taken port fails above, before any work) but answers only once every log is joined
     # and its history replayed: a line written after /metrics first answers can never be taken for old content
     sidecar.start()

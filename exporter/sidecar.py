@@ -91,12 +91,23 @@ class Sidecar:
         self.heartbeat: dict[str, float] = {}      # worker -> monotonic time of its last completed iteration
         self._next_save = 0.0
         self._saved: checkpoint.Checkpoint | None = None   # the last Checkpoint written (or loaded)
+        self._save_problem: str | None = None    # why the last save failed (warned once per change of it)
+        self.positions_lock: int | None = None   # the positions file's lock (checkpoint.claim), held until shutdown
+        self._claimed = False
+
+    def claim_positions(self) -> None:
+        """Take the positions file for this sidecar (checkpoint.claim); raises checkpoint.PositionsInUse,
+        naming the holder, when another sidecar has it. `serve` calls it before binding its port."""
+        if self.config.positions_file and not self._claimed:
+            self.positions_lock = checkpoint.claim(self.config.positions_file)
+            self._claimed = True
 
     # ------------------------------------------------------------------ start-up
     def prepare(self) -> None:
         """Join every log at a fixed point and replay its history; call before serving HTTP (startup.py).
         After this returns, nothing written to a log can be taken for old content and skipped: a line is
         either history (replayed here, on the log's clock) or read by the follower later."""
+        self.claim_positions()
         if self.config.log_files:
             startup.join_and_replay(self)
         self.prepared = True
@@ -126,7 +137,8 @@ class Sidecar:
             return
         self._next_save = now + self.config.positions_interval
         with self.lock:
-            cp = checkpoint.Checkpoint(self.follower.positions(), self.engine.state.counters(), self.clock())
+            cp = checkpoint.Checkpoint(self.follower.positions(), self.engine.state.counters(), self.clock(),
+                                       list(self.config.log_files))
         if self._saved is not None and (cp.positions, cp.counters) == (self._saved.positions, self._saved.counters):
             return
         try:
@@ -134,10 +146,22 @@ class Sidecar:
             self._saved = cp
         except OSError as exc:
             self._count_error("positions")
-            log.warning("positions file %s: cannot write (%s)", path, exc.strerror or exc)
+            self._save_failed(logging.WARNING, f"cannot write ({exc.strerror or exc})")
         except ValueError as exc:     # positions we would refuse to read back: a fault of ours, not the disk's
             self._count_error("positions")
-            log.error("positions file %s: not written, the positions are invalid (%s)", path, exc)
+            self._save_failed(logging.ERROR, f"not written, the positions are invalid ({exc})")
+        else:
+            if self._save_problem is not None:
+                log.info("positions file %s: written again", path)
+                self._save_problem = None
+
+    def _save_failed(self, level: int, problem: str) -> None:
+        """A failed save is logged once per change of its reason, not at every attempt (one every
+        positions_interval: ~17,000 identical lines a day); each one is counted in worker_errors."""
+        if problem != self._save_problem:
+            log.log(level, "positions file %s: %s; logged again only when this changes", self.config.positions_file,
+                    problem)
+            self._save_problem = problem
 
     def _update_log_up(self, now: float) -> None:
         f = self.follower
@@ -279,6 +303,8 @@ class Sidecar:
             if not any(t.name == "follow" and t.is_alive() for t in self.threads):
                 self.save_positions(force=True)
             self.follower.close()
+        checkpoint.release(self.positions_lock)
+        self.positions_lock = None
 
     def healthy(self) -> tuple[bool, str]:
         """Whether every worker runs: False and one word saying which (`<worker>_stopped`, `follow_stuck`,

@@ -131,18 +131,33 @@ def test_what_is_no_restart():
     assert (st.epoch, st.restarts) == (1, 0)
 
 
-def test_a_crash_then_server_args_is_a_restart_and_so_is_the_clock_going_back():
+def test_a_crash_then_server_args_is_a_restart_and_so_is_the_clock_going_back_after_serving():
     st = state()
     st.apply_event(ev("server_args", T0, {"tp_size": 1}), T0)
     st.apply_event(ev("scheduler_exception", T0 + 5, {"component": "Scheduler", "traceback": "x"}), T0 + 5)
     st.apply_event(ev("server_args", T0 + 9, {"tp_size": 1}), T0 + 9)
     assert st.restarts == 1 and st.restart_evidence[-1]["evidence"] == "server_args after a crash"
     st.apply_event(ev("load_weight", T0 + 3600, {"phase": "begin"}, tp=0), T0 + 3600)
-    st.apply_event(ev("load_weight", T0 + 60, {"phase": "begin"}, tp=1), T0 + 3601)
+    st.apply_event(ev("server_ready", T0 + 3601), T0 + 3601)
+    st.apply_event(ev("load_weight", T0 + 60, {"phase": "begin"}, tp=1), T0 + 3602)
     assert st.restarts == 2
-    assert st.restart_evidence[-1]["evidence"] == "the log's clock went back 3540 s in log"
-    st.apply_event(ev("load_weight", T0 + 61, {"phase": "end"}, tp=1), T0 + 3602)    # its own clock from here
+    assert st.restart_evidence[-1]["evidence"] == "the log's clock went back 3541 s in log"
+    st.apply_event(ev("load_weight", T0 + 61, {"phase": "end"}, tp=1), T0 + 3603)    # its own clock from here
     assert st.restarts == 2
+
+
+def test_a_clock_step_inside_one_start_up_block_is_no_restart():
+    """An NTP step back (or a DST fall-back) while the ranks load: the ranks that reported before it stay."""
+    st = state()
+    st.apply_event(ev("server_args", T0, {"tp_size": 2}), T0)
+    st.apply_event(ev("load_weight", T0 + 1, {"phase": "begin"}, tp=0), T0 + 1)
+    st.apply_event(capacity(T0 + 30, tp=0), T0 + 30)
+    st.apply_event(ev("load_weight", T0 + 31 - 3600, {"phase": "begin"}, tp=1), T0 + 31)
+    st.apply_event(capacity(T0 + 60 - 3600, tp=1), T0 + 60)
+    st.apply_event(ev("server_ready", T0 + 61 - 3600), T0 + 61)
+    assert (st.epoch, st.restarts) == (1, 0)
+    assert st.layout()["ranks_seen"] == 2
+    assert len(st.facts()["gpu_headroom"]) == 2
 
 
 def test_different_server_args_in_one_startup_is_a_new_launch():
