@@ -209,7 +209,7 @@ class App:
             from exporter.generate import runbooks  # generation code: loaded on the first runbook asked for
             pages = runbooks.render(self.sidecar.config)
             self._runbooks = {path.rsplit("/", 1)[-1]: text for path, text in pages.items()}
-            self._runbooks["index.md"] = self._runbooks.pop("README.md")
+            self._runbooks["index.md"] = self._runbooks["README.md"]     # the list, under both names
         if name.endswith(".md") and name in self._runbooks:
             return self._runbooks[name].encode(), "text/markdown; charset=utf-8"
         stem = "index" if name == "" else name.removesuffix(".html") if name.endswith(".html") else None
