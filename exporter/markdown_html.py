@@ -45,7 +45,9 @@ def _cells(row: str) -> list[str]:
     text = row.strip()
     text = text[1:] if text.startswith("|") else text
     text = text[:-1] if text.endswith("|") else text
-    cells, cur, in_code = [], [], False
+    cells: list[str] = []
+    cur: list[str] = []
+    in_code = False
     for ch in text:
         if ch == "`":
             in_code = not in_code

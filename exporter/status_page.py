@@ -230,4 +230,4 @@ margin-top:10px}.verdict h2{border:0;font-size:22px;margin:6px 0}.verdict.health
 .verdict.problems{background:#fef5e7}.verdict.failed{background:#fdedec}.verdict.insufficient-data{background:#f4f6f7}
 tr.firing td.state{color:#c0392b;font-weight:600}tr.ok td.state{color:#1e8449}tr.unknown td.state{color:#7f8c8d}
 .charts{display:flex;flex-wrap:wrap;gap:10px}.charts svg{border:1px solid #eee}footer{margin:16px 0;font-size:13px}
-code{font-size:12.5px}"""
+code{font-size:12.5px}td code{white-space:nowrap}"""

@@ -44,8 +44,8 @@ def time_ticks(t0: float, t1: float, width_px: float) -> list[tuple[float, str]]
         step = _STEPS[-1] * math.ceil(span / _STEPS[-1] / max(1, int(width_px // label_px)))
         fmt = _label_format(step, t0, t1)
     first = math.ceil(t0 / step) * step
-    ticks = []
-    t = first
+    ticks: list[tuple[float, str]] = []
+    t: float = first
     while t <= t1 + 1e-9:
         ticks.append((t, _utc(t).strftime(fmt)))
         t += step
@@ -144,7 +144,7 @@ def line_chart(key: str, title: str, unit: str, t: list, series: list, t_range: 
         out.append(f'<line x1="{x(ts):.1f}" x2="{x(ts):.1f}" y1="{top}" y2="{top + ph}" stroke="#eee"/>'
                    f'<text class="tick-x" x="{x(ts):.1f}" y="{height - 8}" text-anchor="middle" fill="#555">'
                    f'{escape(label)}</text>')
-    legend_x = left
+    legend_x: float = left
     for value, _label, color in hlines:
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(value):.1f}" y2="{y(value):.1f}" stroke="{color}" '
                    f'stroke-dasharray="5 3"/>')

@@ -122,7 +122,7 @@ def overlaps(page, selector: str, groups: list[str]) -> list[str]:
 
 
 def shoot(page, name: str, height: int | None = None) -> None:
-    """A screenshot, kept small: the palette of a page of text and lines fits in 64 colours."""
+    """A screenshot, kept small: a page of text and lines fits a 256-colour palette."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     path = SHOTS / f"{name}.png"
     clip = None if height is None else {"x": 0, "y": 0, "width": page.viewport_size["width"], "height": height}
@@ -132,7 +132,7 @@ def shoot(page, name: str, height: int | None = None) -> None:
     except ImportError:
         return
     with Image.open(path) as im:
-        small = im.convert("RGB").quantize(colors=64)
+        small = im.convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE)
     small.save(path, optimize=True)
 
 
