@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 from html import escape
+from operator import itemgetter
 
 # Tick spacings a person reads easily, in seconds: 1 s up to 4 weeks.
 _STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600,
@@ -90,12 +91,13 @@ def decimate(t: list, y: list, buckets: int) -> tuple[list, list]:
         return [p[0] for p in pts], [p[1] for p in pts]
     out_t, out_y = [], []
     size = len(pts) / buckets
+    value = itemgetter(1)
     for i in range(buckets):
         chunk = pts[int(i * size):int((i + 1) * size)]
         if not chunk:
             continue
-        lo = min(chunk, key=lambda p: p[1])
-        hi = max(chunk, key=lambda p: p[1])
+        lo = min(chunk, key=value)
+        hi = max(chunk, key=value)
         for p in sorted({lo, hi}):
             out_t.append(p[0])
             out_y.append(p[1])
