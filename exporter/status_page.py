@@ -100,7 +100,7 @@ def _advice(doc: dict, by_id: dict) -> str:
         advised.update(a["signals"])
         because = ", ".join(_signal_link(by_id[s]) if s in by_id else f"<code>{_esc(s)}</code>"
                             for s in a["signals"])
-        current = "not set" if a["current"] is None else a["current"]
+        current = "–" if a["current"] is None else a["current"]
         suggested = "–" if a["suggested"] is None else a["suggested"]
         rows.append(f"<tr><td><code>{_esc(a['flag'])}</code></td><td>{_esc(a['action'])}</td><td>{_esc(current)}</td>"
                     f"<td><b>{_esc(suggested)}</b></td><td>{_esc(a['reason'])}</td><td>{because}</td></tr>")
@@ -182,7 +182,8 @@ def _server(doc: dict, ranks: dict) -> str:
 
 def _charts(samples: list, params: dict, now: float) -> str:
     t = [s[0] for s in samples]
-    t0 = min(t[0], now - 60) if t else now - 3600
+    # the axis spans what was sampled (a sidecar started a minute ago shows that minute, not a flat hour)
+    t0 = min(t[0], now - 10) if t else now - 3600
     rng = (t0, now)
     below, above = params.get("queue_below_range"), params.get("queue_above_range")
     queue = [s[1] for s in samples]

@@ -110,7 +110,7 @@ def line_chart(key: str, title: str, unit: str, t: list, series: list, t_range: 
     """One chart as an `<svg>` element: `series` is [(label, values, colour)] over the times `t`, `hlines`
     [(value, label, colour)] dashed threshold lines. Without a point to draw it says so instead (and carries
     data-points="0", which the browser test reads)."""
-    left, right, top, bottom = 44, 10, 34, 24
+    left, right, top, bottom = 44, 20, 34, 24
     pw, ph = width - left - right, height - top - bottom
     t0, t1 = t_range
     drawn = []
@@ -143,9 +143,11 @@ def line_chart(key: str, title: str, unit: str, t: list, series: list, t_range: 
                    f'<text class="tick-y" x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#555">'
                    f'{escape(value_label(v))}</text>')
     for ts, label in time_ticks(t0, t1, pw):
-        out.append(f'<line x1="{x(ts):.1f}" x2="{x(ts):.1f}" y1="{top}" y2="{top + ph}" stroke="#eee"/>'
-                   f'<text class="tick-x" x="{x(ts):.1f}" y="{height - 8}" text-anchor="middle" fill="#555">'
-                   f'{escape(label)}</text>')
+        out.append(f'<line x1="{x(ts):.1f}" x2="{x(ts):.1f}" y1="{top}" y2="{top + ph}" stroke="#eee"/>')
+        half = len(label) * CHAR_PX / 2
+        if half <= x(ts) <= width - half:        # a label at the very edge would be cut off: its grid line stays
+            out.append(f'<text class="tick-x" x="{x(ts):.1f}" y="{height - 8}" text-anchor="middle" fill="#555">'
+                       f'{escape(label)}</text>')
     legend_x: float = left
     for value, _label, color in hlines:
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(value):.1f}" y2="{y(value):.1f}" stroke="{color}" '

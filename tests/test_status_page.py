@@ -55,6 +55,19 @@ def test_a_chart_without_points_says_so_and_one_with_points_draws_them():
     assert "healthy ≥ 100" in full
 
 
+@pytest.mark.parametrize("span", [10, 30, 60, 61, 600, 3599, 3600])
+def test_no_time_label_is_cut_off_at_the_chart_edges(span):
+    """A tick exactly at either end (a sidecar up for a round minute) once drew half its label outside."""
+    t1 = 1_764_000_000.0
+    t0 = t1 - span
+    svg = line_chart("q", "Q", "r", [t0, t1], [("q", [1, 2], "#000")], (t0, t1), width=400)
+    labels = re.findall(r'class="tick-x" x="([\d.]+)"[^>]*>([^<]*)<', svg)
+    assert len(labels) >= 2, svg
+    for x, text in labels:
+        half = len(text) * CHAR_PX / 2
+        assert half <= float(x) <= 400 - half, (x, text)
+
+
 # ---------------------------------------------------------------- the ring
 
 
