@@ -190,3 +190,24 @@ def test_a_page_before_any_data_says_so(tmp_path):
         assert page.count("nothing to draw yet") == 3 and "No rank has reported yet." in page
     finally:
         _stop(server)
+
+
+def test_everything_the_logs_control_is_escaped():
+    """A model name, a cause line, a detail or a log path are text from outside: never markup on the page."""
+    from exporter import status_page
+    evil = "<script>alert(1)</script>"
+    doc = {"version": "x", "profile": "offline", "time": 0.0, "model": evil, "format_family": evil,
+           "verdict": "failed", "verdict_reason": evil,
+           "signals": [{"id": "server_crashed", "title": evil, "severity": "critical", "state": "firing",
+                        "value": 1, "unit": "count", "detail": evil, "since": 0.0, "advice": [],
+                        "runbook_url": "", "runbook": "/runbooks/SGLangServerCrashed.md",
+                        "cause": {"class": evil, "line": evil}}],
+           "advice": [{"flag": evil, "action": evil, "current": evil, "suggested": evil, "signals": [evil],
+                       "severity": "critical", "reason": evil, "spellings": [evil]}],
+           "server": {"restarts": 1, "restart_evidence": [{"t": 0.0, "time": evil, "evidence": evil}],
+                      "gpu_headroom": [{"rank": evil, "bytes": 2**30}], "release": None, "layout": {}},
+           "sources": [{"source": evil, "kind": "log", "up": False, "reason": evil, "since": 0.0,
+                        "last_error": evil, "last_error_time": 0.0}]}
+    page = status_page.render(doc, [(0.0, 1, 0.5, 0.0), (5.0, 2, 0.6, 1.0)], {}, {(0, None, None): (1, 2, 0.5,
+                                                                                                 9.0, True)}, 10.0)
+    assert "<script" not in page and page.count("&lt;script&gt;") >= 12
