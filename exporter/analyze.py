@@ -9,7 +9,7 @@ import time
 from datetime import datetime, timezone
 
 from exporter.advice import reconcile
-from exporter.catalog import SIGNALS_BY_ID
+from exporter.catalog import SIGNALS_BY_ID, runbook_url
 from exporter.config import Config
 from exporter.engine import Engine, advice_facts, verdict
 from exporter.failures import TALLIED
@@ -97,7 +97,8 @@ class Series:
                     col.append(v)
 
 
-_MARKER_KINDS = {"oom": "oom", "watchdog_timeout": "watchdog", "server_ready": "restart",
+# restarts are not among them: a ready line is one only after another start-up (the state decides; _report)
+_MARKER_KINDS = {"oom": "oom", "watchdog_timeout": "watchdog",
                  "scheduler_exception": "crash", "sigquit": "crash", "traceback": "crash", "subprocess_crash": "crash",
                  "init_failed": "crash", "nccl_timeout": "crash", "health_check_failed": "crash"}
 
@@ -228,6 +229,7 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
         h = engine.history.get(sid)
         entry = {"id": sid, "title": sig.title, "severity": sig.severity, "active": p is not None,
                  "unit": sig.value_unit, "fired": bool(h and h.fired), "intervals": [], "worst": None,
+                 "runbook_url": runbook_url(sig.alert.name, config.alerts.runbook_base_url) if sig.alert else None,
                  "final_state": h.state if h else "inactive",
                  "detail": engine.last.judgements[sid].detail if engine.last and sid in engine.last.judgements
                  else ""}
@@ -285,7 +287,10 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
         "advice": [r.to_json() for r in advice],
     }
     if chart is not None:
-        report["series"] = {"t": chart.t, **chart.cols, "ranks": chart.ranks, "markers": chart.markers}
+        restarts = [{"t": e["t"], "kind": "restart", "line": e.get("line") or 0, "detail": e["evidence"]}
+                    for e in st.restart_evidence]
+        report["series"] = {"t": chart.t, **chart.cols, "ranks": chart.ranks,
+                            "markers": sorted(chart.markers + restarts, key=lambda m: m["t"])}
     return report
 
 

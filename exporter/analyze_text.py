@@ -75,6 +75,8 @@ def render_text(report: dict) -> str:
             out.append(f"  FIRED    {s['id']:<28} {s['severity']:<8} worst {worst:<14} {span_text}".rstrip())
             if s["detail"]:
                 out.append(f"           {s['detail']}")
+            if s.get("runbook_url"):
+                out.append(f"           runbook: {s['runbook_url']}")
         elif s["known"]:
             out.append(f"  ok       {s['id']:<28} {s['severity']:<8} {s['detail']}".rstrip())
         else:
@@ -87,7 +89,14 @@ def render_text(report: dict) -> str:
             sug = "" if a["suggested"] is None else f" to {a['suggested']}"
             out.append(f"  {a['action']} {a['flag']}{cur}{sug}  [{', '.join(a['signals'])}]")
             out.append(f"      {a['reason']}")
-    else:
+    advised = {sid for a in report["advice"] for sid in a["signals"]}
+    bare = [s for s in report["signals"] if s["fired"] and s["id"] not in advised]
+    if bare:
+        # a crash or a stall has no flag to change, and still somewhere to go
+        out.append("")
+        out.append("No flag to change for " + ", ".join(s["id"] for s in bare) + "; follow the runbook:")
+        out += [f"  {s['id']}: {s['runbook_url']}" for s in bare if s.get("runbook_url")]
+    elif not report["advice"]:
         out.append("")
         out.append("Advice: none; nothing to tune." if report["verdict"] != "insufficient data"
                    else "Advice: none; too little was judged to advise.")

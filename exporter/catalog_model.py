@@ -23,6 +23,12 @@ NS = "sglang_exporter"
 RUNBOOK_BASE = "https://github.com/sglang-exporter/sglang-exporter/blob/main/docs/runbooks"
 
 
+def runbook_url(alertname: str, base: str = RUNBOOK_BASE) -> str:
+    """Where an alert's runbook is: `alerts.runbook_base_url` + /<AlertName>.md (the alerts' runbook_url, the API's
+    and the reports' links alike)."""
+    return f"{base.rstrip('/')}/{alertname}.md"
+
+
 @dataclass(frozen=True)
 class Advice:
     """One tuning recommendation a signal makes when it fires."""

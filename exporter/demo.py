@@ -89,6 +89,8 @@ def _run(args, scenario: Scenario, story_seconds: float, workdir: str, host: str
         serve_in_thread(server)
         base = f"http://{host}:{server.server_address[1]}"
         print(f"""sglang-exporter demo: scenario '{args.scenario}' at {args.speed:g}x speed
+  status page          : {base}/
+  runbooks             : {base}/runbooks/
   simulated SGLang log : {log_path}
   simulated /metrics   : http://127.0.0.1:{sim_port}/metrics
   our metrics          : {base}/metrics

@@ -22,6 +22,7 @@ from exporter.config import Config
 from exporter.engine import Engine, Snapshot
 from exporter.ingest.follower import Follower
 from exporter.ingest.pipeline import Sources as LogSources
+from exporter.recent import Recent
 from exporter.scrape import metrics_url, scrape
 from exporter.source_health import SourceHealth, SourceStatus, log_source_problem
 from exporter.startup import LOG_POLL_BUDGET  # noqa: F401 - re-exported (tests/test_memory.py)
@@ -81,6 +82,7 @@ class Sidecar:
         self._scrape_ok_t: float | None = None    # clock time of the last good scrape
         self._scrape_done_t = clock()             # ... of the last scrape that finished, good or not
         self.health = SourceHealth()              # every source's up/down with its reason; logs the changes
+        self.recent = Recent()                    # the status page's last hour, sampled at evaluation time
         self.scrape_tried = not config.sglang_url
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -289,11 +291,16 @@ class Sidecar:
     def _evaluate_loop(self) -> None:
         # keeps signal history (since / intervals) moving even when nobody scrapes us
         while not self.stop.wait(self.config.evaluate_interval):
-            with self.lock:
-                now = self.clock()
-                self._update_metrics_up(now)
-                self.engine.evaluate(now)
+            self.evaluate_once()
             self.heartbeat["evaluate"] = time.monotonic()
+
+    def evaluate_once(self) -> None:
+        """One evaluation at the clock's now, and its sample of the status page's last hour."""
+        with self.lock:
+            now = self.clock()
+            self._update_metrics_up(now)
+            self.engine.evaluate(now)
+            self.recent.record(self.engine.state, now)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         self.stop.set()
@@ -363,6 +370,11 @@ class Sidecar:
                 server=st.facts(),
                 sources=self.health.snapshot(),
             )
+
+    def recent_samples(self) -> list[tuple]:
+        """The status page's charts: a copy of the last hour's samples (recent.py), taken under the lock."""
+        with self.lock:
+            return self.recent.samples(self.clock())
 
     def _scrape_view(self) -> dict | None:
         if self.last_scrape is None:

@@ -101,7 +101,7 @@ def test_endpoints(served):
                                                  "reason", "spellings"}
 
     status, headers, body = get(served.base + "/")
-    assert status == 200 and "text/html" in headers["Content-Type"] and "/api/v1/signals" in body
+    assert status == 200 and "text/html" in headers["Content-Type"] and "api/v1/signals" in body
     assert get(served.base + "/nope")[0] == 404
 
 
@@ -123,7 +123,15 @@ def test_runbooks_are_served_with_the_thresholds_in_force(tmp_path, logfile):
         assert "## Mitigation" in body and "per_minute = 25" in body and "per_minute = 10" not in body
         status, _, index = get(s.base + "/runbooks/index.md")
         assert status == 200 and "(SGLangRetractionStorm.md)" in index
-        for missing in ("/runbooks/SGLangNoSuchAlert.md", "/runbooks/../metrics", "/runbooks/"):
+        # for people: the list and each page as HTML, with the same thresholds
+        status, headers, listing = get(s.base + "/runbooks/")
+        assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+        assert '<a href="SGLangRetractionStorm.html">SGLangRetractionStorm</a>' in listing
+        status, headers, page = get(s.base + "/runbooks/SGLangRetractionStorm.html")
+        assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+        assert "<h2>Mitigation</h2>" in page and "per_minute = 25" in page and "<script" not in page
+        for missing in ("/runbooks/SGLangNoSuchAlert.md", "/runbooks/SGLangNoSuchAlert.html", "/runbooks/../metrics",
+                        "/runbooks/index"):
             assert get(s.base + missing)[0] == 404, missing
     finally:
         s.stop()
@@ -243,6 +251,12 @@ def test_basic_auth(tmp_path, logfile, cert):
         assert get(s.base + "/metrics", context=ctx, headers=auth("prom", "wrong"))[0] == 401
         assert get(s.base + "/metrics", context=ctx, headers=auth("eve", "s3cret"))[0] == 401
         assert get(s.base + "/metrics", context=ctx, headers=auth("prom", "s3cret"))[0] == 200
+        # the status page and the runbooks behind the same TLS and credentials (no script: nothing to adapt)
+        assert get(s.base + "/", context=ctx)[0] == 401
+        status, headers, page = get(s.base + "/", context=ctx, headers=auth("prom", "s3cret"))
+        assert status == 200 and "text/html" in headers["Content-Type"] and "id='verdict'" in page
+        assert get(s.base + "/runbooks/", context=ctx)[0] == 401
+        assert get(s.base + "/runbooks/", context=ctx, headers=auth("prom", "s3cret"))[0] == 200
     finally:
         s.stop()
 

@@ -1,6 +1,7 @@
 """The generators' read-only view of a validated `Config`: thresholds, `for:` and windows in force."""
 from __future__ import annotations
 
+from exporter.catalog import runbook_url
 from exporter.config import AlertSettings, Config, default_alert_for, thresholds
 from exporter.generate.promql import parse_duration
 
@@ -40,4 +41,4 @@ class RuleSettings:
         return self.alerts.short_range if self.alerts.short_windows else d
 
     def runbook_url(self, alertname: str) -> str:
-        return f"{self.alerts.runbook_base_url.rstrip('/')}/{alertname}.md"
+        return runbook_url(alertname, self.alerts.runbook_base_url)
