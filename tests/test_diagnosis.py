@@ -149,7 +149,7 @@ def test_a_bare_traceback_is_a_crash(tmp_path):
         "    launch_server(server_args)",
         "Exception: Rank 0 scheduler is dead. Please check if there are relevant logs."])
     rep = analyze([p], Config(), progress=False)
-    assert rep["verdict"] == "failed" and rep["events"] == {"traceback": 1}
+    assert rep["verdict"] == "failed" and rep["records"] == {"traceback": 1}
     assert rep["failures"][0]["cause"] == "Exception: Rank 0 scheduler is dead. Please check if there are relevant logs."
     assert rep["lines"]["unparsed"] == {}
 

@@ -110,9 +110,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-file", metavar="PATH", default="-", help="log file to append to (default stdout)")
     parser.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve the simulated /metrics here")
     parser.add_argument("--speed", type=float, default=1.0, metavar="X",
-                        help="simulated seconds per real second (default 1)")
-    parser.add_argument("--duration", type=float, metavar="S",
-                        help="simulated seconds to run (default: the scenario's length)")
+                        help="simulated seconds per wall-clock second (default 1)")
+    parser.add_argument("--duration", type=float, metavar="SIM_SECONDS",
+                        help="simulated seconds to run, SIM_SECONDS / X wall-clock seconds at --speed X "
+                             "(default: the scenario's length)")
     parser.add_argument("--instant", action="store_true",
                         help="write the whole log at once (then keep serving /metrics if --metrics-listen)")
     parser.add_argument("--format", metavar="VERSION", choices=FAMILIES,
@@ -122,7 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args=None) -> int:
     if args is None or isinstance(args, list):
-        parser = argparse.ArgumentParser(prog="sglang-exporter simulate", description=DESCRIPTION)
+        parser = argparse.ArgumentParser(prog="sglang-exporter simulate", description=DESCRIPTION, allow_abbrev=False)
         add_arguments(parser)
         try:
             args = parser.parse_args(args)
