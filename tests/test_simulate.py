@@ -578,7 +578,7 @@ def test_parse_scenario_defaults_are_healthy():
 # ------------------------------------------------------------------ end to end: the engine fires what docs promise
 FIRES = {
     "healthy_offline": set(), "restart": set(),
-    "healthy_online": {"queue_below_range"},            # under the default (offline) profile; nothing under online
+    "healthy_online": {"queue_below_range"},            # under the offline profile; nothing under online (default)
     "queue_starved": {"queue_below_range"}, "queue_overloaded": {"queue_above_range"},
     "too_conservative": {"kv_cache_underused"},
     "retractions_frequent": {"retractions_frequent"}, "retraction_storm": {"retractions_frequent", "retraction_storm"},
@@ -598,8 +598,10 @@ def test_scenario_fires_its_signals(name, tmp_path):
     from exporter.config import Config
     log = tmp_path / f"{name}.log"
     Simulator(load_scenario(name), start=WHEN).write_log(log)
-    report = analyze([str(log)], Config(), progress=False)
+    report = analyze([str(log)], Config(profile="offline"), progress=False)
     assert {s["id"] for s in report["signals"] if s["fired"]} == FIRES[name]
-    if name == "healthy_online":
-        report = analyze([str(log)], Config(profile="online"), progress=False)
-        assert not [s["id"] for s in report["signals"] if s["fired"]]
+    if name in ("healthy_online", "server_crash"):
+        # the default profile (online) calls an idle online server healthy, and a crash only a crash
+        report = analyze([str(log)], Config(), progress=False)
+        assert {s["id"] for s in report["signals"] if s["fired"]} == FIRES[name] - {"queue_below_range"}
+        assert not [a for a in report["advice"] if a["flag"] == "request-rate"]
