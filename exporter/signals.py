@@ -71,7 +71,7 @@ assert [f.name for f in fields(Judgement)] == ["id", "severity", "firing", "valu
                                                "unsupported"], "_judgement sets every field of Judgement"
 # said by the sidecar and by analyze alike: name what reads /metrics, not a flag the command at hand lacks
 _NO_METRICS = (None, None, "read from SGLang's /metrics only, and none is read here (a log replay has none; "
-               "`serve --sglang-url` scrapes it)", None, True)
+               "the sidecar scrapes it when given SGLang's URL)", None, True)
 
 
 def evaluate(state: ServerState, params: dict, sources: Sources, now: float) -> dict[str, Judgement]:

@@ -339,7 +339,8 @@ def test_metrics_only_sidecar_flapping_target(target):
 
 
 def test_metrics_only_down_target_everything_unknown():
-    sc = Sidecar(Config(profile="offline", sglang_url=f"http://127.0.0.1:{free_port()}", scrape_timeout=0.5), clock=Clock())
+    sc = Sidecar(Config(profile="offline", sglang_url=f"http://127.0.0.1:{free_port()}", scrape_timeout=0.5),
+                 clock=Clock())
     sc.scrape_once()
     view = sc.view()
     assert view.scrape["success"] is False and view.scrape["error"].startswith("refused")
@@ -404,7 +405,7 @@ def test_logs_only_sidecar_has_no_scrape_series(tmp_path):
 
 def test_both_sources_logs_feed_batches_metrics_feed_latency(tmp_path, target):
     clock = Clock()
-    cfg = Config(profile="offline", log_files=(_log(tmp_path, [DECODE] * 3),), from_start=True, sglang_url=target.base,
+    cfg = Config(log_files=(_log(tmp_path, [DECODE] * 3),), from_start=True, sglang_url=target.base,
                  profile="online")
     sc = Sidecar(cfg, clock=clock)
     sc.poll_logs_once()
