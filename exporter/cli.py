@@ -267,7 +267,13 @@ def cmd_generate(args) -> int:
             return EXIT_RUNTIME
         print(f"{len(files)} generated files are fresh")
         return EXIT_OK
-    for rel in generate.write(files, root):
+    try:
+        touched = generate.write(files, root)
+    except OSError as exc:
+        _err(f"--out {root}: cannot write {exc.filename or root}: {exc.strerror or exc} (name a directory you "
+             "can write to)")
+        return EXIT_RUNTIME
+    for rel in touched:
         print(f"wrote {rel}" if rel in files else f"removed {rel}")
     return EXIT_OK
 

@@ -251,8 +251,8 @@ def _load_file(path: str, problems: _Problems | None = None) -> tuple[dict, dict
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as exc:
-        hint = " (check the path given by --config or SGLANG_EXPORTER_CONFIG)" \
-            if isinstance(exc, (FileNotFoundError, IsADirectoryError)) else ""
+        hint = {FileNotFoundError: " (check the path)", IsADirectoryError: " (name the YAML file in it)"}.get(
+            type(exc), "")
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}{hint}") from None
     # yaml is imported here, not at the top: most runs (analyze, parse) read no config file, and importing it
     # is a tenth of their start-up

@@ -134,8 +134,7 @@ def test_a_missing_config_file_names_where_it_was_given(log, tmp_path):
     proc = run("analyze", str(log), "--config", str(tmp_path / "c.yaml"))
     assert proc.returncode == 2
     assert last_line(proc.stderr) == (f"sglang-exporter: error: {tmp_path / 'c.yaml'}: cannot read config file: "
-                                      "No such file or directory (check the path given by --config or "
-                                      "SGLANG_EXPORTER_CONFIG)")
+                                      "No such file or directory (check the path)")
 
 
 @pytest.fixture
@@ -186,3 +185,30 @@ def test_the_demo_on_a_taken_default_port_says_what_to_type_under_scripts_demo()
     assert proc.returncode == 1
     assert last_line(proc.stderr) == _taken(DEFAULT_PORT, "the demo's default address",
                                             "`scripts/demo --listen HOST:PORT`")
+
+
+def test_generate_into_a_place_that_cannot_be_written(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")                       # a file where --out needs a directory
+    proc = run("generate", "--out", str(blocker / "out"))
+    assert proc.returncode == 1
+    line = last_line(proc.stderr)
+    assert line.startswith(f"sglang-exporter: error: --out {blocker / 'out'}: cannot write ")
+    assert line.endswith("(name a directory you can write to)")
+
+
+def test_simulate_into_a_missing_directory(tmp_path):
+    out = tmp_path / "nope" / "sglang.log"
+    proc = run("simulate", "--scenario", "retraction_storm", "--instant", "--log-file", str(out))
+    assert proc.returncode == 2
+    assert last_line(proc.stderr) == (f"sglang-exporter simulate: error: --log-file {out}: the directory "
+                                      f"{out.parent} does not exist; create it (mkdir -p {out.parent}) or name "
+                                      "another file")
+
+
+def test_an_unknown_scenario_points_at_the_list():
+    proc = run("simulate", "--scenario", "nope", "--instant")
+    assert proc.returncode == 2
+    line = last_line(proc.stderr)
+    assert line.startswith("sglang-exporter simulate: error: --scenario nope: nope.yaml: no such scenario (known: ")
+    assert line.endswith("(simulate --list names the bundled ones)")

@@ -237,7 +237,9 @@ def test_analyze_reports_the_server_as_a_whole():
     assert server["startup_seen"] and server["restarts"] == rep["restarts"] == 1
     assert [e["evidence"] for e in server["restart_evidence"]] == ["server_args after batch lines"]
     assert server["layout"] == {"dp": 2, "tp": 8, "pp": 1, "ep": 1, "dp_attention": True, "ranks_seen": 8}
-    assert len(server["gpu_headroom"]) == 8 and server["release"]["last"] == "0.5.13.post1"
+    # server_args say 0.4.9.post6 .. 0.5.13.post1; the batch lines' format (0.4.7-0.5.3) narrows it
+    assert rep["format_family"] == "0.4.7-0.5.3"
+    assert len(server["gpu_headroom"]) == 8 and server["release"] == {"first": "0.4.9.post6", "last": "0.5.3.post3"}
     text = render_text(rep)
     assert "layout dp=2, tp=8, pp=1, ep=1, DP attention; 8 ranks printed start-up lines" in text
     assert "server_args after batch lines" in text

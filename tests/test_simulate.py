@@ -556,7 +556,7 @@ def test_cli(tmp_path, capsys):
     assert _cli(["--scenario", "oom_prefill", "--log-file", str(log), "--instant", "--format", "0.4.7"]) == 0
     assert "Prefill out of memory" in log.read_text() and "server_args=ServerArgs(" in log.read_text()
     assert _cli(["--scenario", "nope", "--log-file", str(log), "--instant"]) == 2
-    assert "ScenarioError: nope.yaml" in capsys.readouterr().err
+    assert "sglang-exporter simulate: error: --scenario nope: nope.yaml: no such scenario" in capsys.readouterr().err
     assert _cli(["--log-file", str(log)]) == 2
     assert _cli(["--scenario", "stalled", "--metrics-listen", "nonsense"]) == 2
     assert _cli(["--scenario", "stalled", "--speed", "0"]) == 2
@@ -564,7 +564,7 @@ def test_cli(tmp_path, capsys):
     bad = tmp_path / "retraction_storm.yaml"
     bad.write_text("phases:\n  - {queue: many}\n")
     assert _cli(["--scenario", str(bad), "--instant"]) == 2
-    assert "ScenarioError: retraction_storm.yaml: phases[0].queue: expected a number or [lo, hi]" in \
+    assert "retraction_storm.yaml: phases[0].queue: expected a number or [lo, hi]" in \
         capsys.readouterr().err
     assert simulate.main(["--format", "9.9"]) == 2
 

@@ -138,30 +138,32 @@ def main(args=None) -> int:
             print(f"{name:22s} {desc}")
         return 0
     if not args.scenario:
-        print("simulate: error: --scenario NAME is required (see --list)", file=sys.stderr)
+        print("sglang-exporter simulate: error: --scenario NAME is required (see --list)", file=sys.stderr)
         return 2
     if args.speed is not None and args.speed <= 0:
-        print("simulate: error: --speed must be > 0", file=sys.stderr)
+        print("sglang-exporter simulate: error: --speed must be > 0", file=sys.stderr)
         return 2
     if args.duration is not None and args.duration <= 0:
-        print("simulate: error: --duration must be > 0", file=sys.stderr)
+        print("sglang-exporter simulate: error: --duration must be > 0", file=sys.stderr)
         return 2
     try:
         scenario = load_scenario(args.scenario)
     except ScenarioError as exc:
-        print(f"ScenarioError: {exc}", file=sys.stderr)
+        print(f"sglang-exporter simulate: error: --scenario {args.scenario}: {exc} (simulate --list names the "
+              "bundled ones)", file=sys.stderr)
         return 2
     listen = None
     if args.metrics_listen:
         try:
             listen = parse_listen(args.metrics_listen)
         except ValueError as exc:
-            print(f"simulate: error: {exc}", file=sys.stderr)
+            print(f"sglang-exporter simulate: error: {exc}", file=sys.stderr)
             return 2
     if args.log_file != "-":
         parent = Path(args.log_file).resolve().parent
         if not parent.is_dir():
-            print(f"simulate: error: --log-file: directory {parent} does not exist", file=sys.stderr)
+            print(f"sglang-exporter simulate: error: --log-file {args.log_file}: the directory {parent} does not "
+                  f"exist; create it (mkdir -p {parent}) or name another file", file=sys.stderr)
             return 2
     try:
         return run_simulator(scenario, args.log_file, metrics_listen=listen, speed=args.speed,
@@ -169,6 +171,6 @@ def main(args=None) -> int:
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
-        print(f"simulate: error: {exc}", file=sys.stderr)
+        print(f"sglang-exporter simulate: error: {exc}", file=sys.stderr)
         return 1
 
