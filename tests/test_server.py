@@ -86,7 +86,7 @@ def test_endpoints(served):
                         "signals", "advice", "server", "sources"}
     assert [(s["source"], s["kind"], s["up"], s["reason"]) for s in doc["sources"]] == [
         (served.logfile, "log", True, None)]
-    assert doc["profile"] == "offline" and doc["model"] == "m"
+    assert doc["profile"] == "online" and doc["model"] == "m"
     by_id = {s["id"]: s for s in doc["signals"]}
     assert set(by_id["gpu_headroom_high"]) == {"id", "title", "severity", "state", "value", "unit", "detail",
                                                "since", "advice", "runbook_url", "runbook", "cause"}
