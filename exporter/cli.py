@@ -292,7 +292,7 @@ class _HelpFormatter(argparse.HelpFormatter):
         if (not action.option_strings or action.default in (None, False, argparse.SUPPRESS)
                 or "default" in text):
             return text
-        return text + " (default: %(default)s)"
+        return text + " (default %(default)s)"
 
 
 class _Parser(argparse.ArgumentParser):

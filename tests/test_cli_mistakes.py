@@ -89,7 +89,7 @@ def test_every_subcommand_has_a_description_and_every_argument_help():
         for action in sp._actions:
             assert action.help, (name, action.dest)
     analyze = parser.commands["analyze"].format_help()
-    assert "(default: text)" in analyze                      # defaults are shown
+    assert "(default text)" in analyze                      # defaults are shown
     assert "FILE                  SGLang log files" in analyze
 
 
