@@ -226,8 +226,9 @@ def cmd_serve(args) -> int:
     sidecar.start()
     serve_in_thread(server)
     scheme = "https" if web.get("tls") else "http"
-    log.info("sglang-exporter %s: serving %s://%s:%d/metrics (profile %s; logs: %s; sglang: %s)", __version__,
-             scheme, host, server.server_address[1], cfg.profile, ", ".join(cfg.log_files) or "none",
+    log.info("sglang-exporter %s: serving %s://%s:%d/metrics (profile %s%s; logs: %s; sglang: %s)", __version__,
+             scheme, host, server.server_address[1], cfg.profile,
+             "" if "profile" in origins else ", the default", ", ".join(cfg.log_files) or "none",
              cfg.sglang_url or "none")
     done.wait()
     server.shutdown()
