@@ -5,7 +5,6 @@ Exit codes: 0 ok, 2 usage or configuration error (the message names the flag, fi
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import logging
 import os
@@ -407,6 +406,7 @@ def parse(parser: _Parser, argv: list[str]) -> argparse.Namespace:
     given to, with that command's usage (argparse reports it with the top-level usage) and the option meant."""
     args, extra = parser.parse_known_args(argv)
     if extra:
+        import difflib  # only for a mistake: start-up stays cheap (tests/test_cli_startup.py)
         here = parser.commands.get(args.command)
         if here is None:
             parser.error("unrecognized arguments: " + " ".join(extra))
@@ -431,6 +431,7 @@ def main(argv=None) -> int:
     parser = build_parser(word)
     if word is not None and word not in parser.commands and not any(a in ("-h", "--help", "--version")
                                                                       for a in argv[:argv.index(word)]):
+        import difflib
         close = difflib.get_close_matches(word, list(parser.commands), n=1)
         parser.error(f"unknown command {word!r}" + (f" (did you mean {close[0]}?)" if close else "")
                      + f"; commands: {', '.join(parser.commands)}")
