@@ -15,10 +15,10 @@ from exporter.engine import Engine, advice_facts, verdict
 from exporter.failures import TALLIED
 from exporter.ingest.events import as_event
 from exporter.ingest.pipeline import SourceParser, iter_file_item_lists, layouts_read
-from exporter.signals import Judgement
+from exporter.signals import Judgement, retractions_per_minute
 from exporter.state import per_scheduler
 
-SCHEMA = "sglang-exporter/analyze/v1"
+SCHEMA = "sglang-exporter/analyze/v2"   # v2: `events` renamed `records`; `profile_default` added
 MAX_CATCHUP_STEPS = 200      # evaluations inserted into one silent gap of the log
 _SERVER_ARGS_SHOWN = ("model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "enable_dp_attention",
                       "mem_fraction_static", "max_running_requests", "chunked_prefill_size",
@@ -67,7 +67,8 @@ class Series:
     def __init__(self):
         self.t: list[float] = []
         self.cols: dict[str, list] = {k: [] for k in ("queue", "running", "max_running", "token_usage",
-                                                       "gen_throughput", "retractions_per_minute")}
+                                                       "gen_throughput", "retractions_per_minute",
+                                                       "retraction_storm_per_minute")}
         self.ranks: dict[str, dict[str, list]] = {}
         self.markers: list[dict] = []
 
@@ -83,8 +84,9 @@ class Series:
         usages = [r.usage for r in ranks.values() if r.usage is not None]
         c["token_usage"].append(max(usages) if usages else None)
         c["gen_throughput"].append(sum(r.throughput or 0 for r in schedulers.values()) if ranks else None)
-        window = SIGNALS_BY_ID["retractions_frequent"].window_seconds
-        c["retractions_per_minute"].append(st.retractions_per_minute(now, window))
+        # the signals' own values (signals.retraction_rate): the storm shading starts where its line crosses
+        c["retractions_per_minute"].append(retractions_per_minute(st, now, engine.params))
+        c["retraction_storm_per_minute"].append(retractions_per_minute(st, now, engine.params, "retraction_storm"))
         if len(ranks) > 1:
             n = len(self.t) - 1
             for key, r in ranks.items():
@@ -103,7 +105,10 @@ _MARKER_KINDS = {"oom": "oom", "watchdog_timeout": "watchdog",
                  "init_failed": "crash", "nccl_timeout": "crash", "health_check_failed": "crash"}
 
 
-def analyze(paths: list[str], config: Config, progress: bool | None = None, series: bool = False) -> dict:
+def analyze(paths: list[str], config: Config, progress: bool | None = None, series: bool = False,
+            profile_default: bool = False) -> dict:
+    """The report of `paths` replayed under `config`; `profile_default`: the user chose no profile (the report
+    says so, and how to choose another)."""
     engine = Engine(config, log_fed=True)
     engine.set_sources(log_up=True)
     engine.advise = False       # the report's advice is reconciled once, from what fired (_report)
@@ -166,6 +171,8 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                 lines_seen = sp.lines
                 meter.update(min(total, sum(s.bytes for s in stats)), sum(s.lines for s in stats))
     meter.done()
+    # the batch lines' format narrows the release server_args tell: one release statement (flags.py)
+    engine.state.format_family = next((sp.parser.format_family for sp in stats if sp.parser.format_family), "")
     timed = last is not None
     if not timed and untimed:
         # no timestamp at all: judged once, at an arbitrary 0, by what needs no clock (rates say unknown)
@@ -177,8 +184,10 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
         engine.evaluate(last)
         if chart is not None:
             chart.sample(engine, last)
-    return _report(paths, config, engine, stats, first if timed else None, last if timed else None, time_only,
-                   chart)
+    report = _report(paths, config, engine, stats, first if timed else None, last if timed else None, time_only,
+                     chart)
+    report["profile_default"] = profile_default
+    return report
 
 
 def next_due(last_eval: float, step: float) -> float:
@@ -268,7 +277,8 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
         "lines": {"read": sum(sp.lines for sp in stats), "recognised": sum(sp.parser.recognised for sp in stats),
                   "cut": sum(sp.cut for sp in stats), "unparsed": unparsed},
         "layouts": {**layouts_read(stats), "clock": "log" if st.clock_known else "file order"},
-        "events": dict(sorted(st.events_total.items())),
+        # every rank's record: a retraction printed by 2 TP ranks is 2 records and 1 retraction (`counts`)
+        "records": dict(sorted(st.events_total.items())),
         "format_family": next((sp.parser.format_family for sp in stats if sp.parser.format_family), None),
         "model": st.model or None,
         "epochs": st.epoch,

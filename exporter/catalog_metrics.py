@@ -97,8 +97,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "SGLang's log prefix spells it, e.g. 'DP1 TP4'; 'TP0' for an unprefixed log, whose one rank is TP "
                "rank 0): the capacity line's available_gpu_mem, else the rank's last model-runner reading (CUDA "
                "graph capture or memory pool end).", ("rank",)),
-    MetricSpec(f"{NS}_retractions_per_minute", "gauge", "Retraction events per minute over the "
-               "retractions_frequent window.", (), deprecated=DEPRECATED_IN,
+    MetricSpec(f"{NS}_retractions_per_minute", "gauge", "Retraction events per minute: the retractions_frequent "
+               "signal's value, by the rate every face uses (its window, or the span observed when shorter).", (),
+               deprecated=DEPRECATED_IN,
                replaced_by=f"rate({NS}_retractions_total[10m]), or {NS}_signal_value_per_second for the judged "
                            "rate"),
     MetricSpec(f"{NS}_retractions_total", "counter", "Retraction events (one per 'Retract requests' record "

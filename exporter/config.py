@@ -142,6 +142,24 @@ def split_host_port(text: str, where: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def cannot_listen(listen: str, where: str, exc: OSError, change: str) -> str:
+    """Why binding `listen` failed, for people: `where` names what set the address (a flag, an environment
+    variable, a config file's line, or "the default"), `change` how to give another one."""
+    import errno
+    host, port = split_host_port(listen, where)
+    other = f"{host}:{port + 1 if port < 65535 else DEFAULT_PORT}"
+    if exc.errno == errno.EADDRINUSE:
+        why = (f"port {port} is in use (another sglang-exporter or demo, or another program: "
+               f"`ss -ltnp 'sport = :{port}'` names it)")
+    elif exc.errno == errno.EACCES:
+        why = f"port {port} needs privileges (ports below 1024); use one above 1024"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        why = f"{host} is no address of this machine; use 0.0.0.0 (every interface) or 127.0.0.1 (this machine only)"
+    else:
+        why = str(exc.strerror or exc)
+    return f"{where} {listen}: cannot listen: {why}; pick another address with {change}, e.g. {other}"
+
+
 def _coerce(key: str, value, where: str):
     kind = _SCALARS[key][0]
     if kind is list:
@@ -233,7 +251,9 @@ def _load_file(path: str, problems: _Problems | None = None) -> tuple[dict, dict
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
+        hint = {FileNotFoundError: " (check the path)", IsADirectoryError: " (name the YAML file in it)"}.get(
+            type(exc), "")
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}{hint}") from None
     # yaml is imported here, not at the top: most runs (analyze, parse) read no config file, and importing it
     # is a tenth of their start-up
     import yaml
@@ -374,9 +394,10 @@ def from_env(environ=os.environ) -> dict:
     return out
 
 
-def build(flags: dict, environ=os.environ, config_file: str | None = None) -> Config:
+def build(flags: dict, environ=os.environ, config_file: str | None = None, origins: dict | None = None) -> Config:
     """Merge defaults < file < env < flags (flags: only the options the user gave, None meaning unset).
-    A file's mistakes, its cross-field ones included, are raised together in file order."""
+    A file's mistakes, its cross-field ones included, are raised together in file order. `origins`, when
+    given, is filled with where each setting that is not a default came from (flag, variable, file line)."""
     path = config_file or environ.get(ENV_PREFIX + "CONFIG") or None
     problems = _Problems(path or "", {})
     merged, origin = _load_file(path, problems) if path else ({}, {})
@@ -390,6 +411,8 @@ def build(flags: dict, environ=os.environ, config_file: str | None = None) -> Co
         merged[key] = _coerce(key, value, flag)
         origin[key] = flag
     cfg = replace(Config(), **merged)
+    if origins is not None:
+        origins.update(origin)
     for error in _cross_field(cfg, origin):
         problems.add(error)
     problems.raise_if_any()

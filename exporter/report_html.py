@@ -13,7 +13,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from exporter.analyze_text import format_value
+from exporter.analyze_text import format_value, release_text
 from exporter.analyze_text import headline as headline_text
 from exporter.catalog import SIGNALS_BY_ID
 from exporter.failures import STAGE_TEXT
@@ -129,8 +129,13 @@ def render_html(report: dict) -> str:
             lines.append((freq["per_minute"], f"frequent > {freq['per_minute']:g}/min", "#f39c12"))
         if storm:
             lines.append((storm["per_minute"], f"storm ≥ {storm['per_minute']:g}/min", "#c0392b"))
-        charts.append(_chart("Retractions per minute", "per minute",
-                             [("retractions/min", series["retractions_per_minute"], "#2c3e50")], t, report,
+        # each signal's own value (signals.retraction_rate): the storm is judged over its shorter window
+        def over(sid: str) -> str:
+            return f"over {SIGNALS_BY_ID[sid].window_seconds / 60:g} min ({sid})"
+        rates = [(over("retractions_frequent"), series["retractions_per_minute"], "#2c3e50")]
+        if series.get("retraction_storm_per_minute"):
+            rates.append((over("retraction_storm"), series["retraction_storm_per_minute"], "#8e44ad"))
+        charts.append(_chart("Retractions per minute", "per minute", rates, t, report,
                              "retractions_per_minute", hlines=lines))
         charts.append(_chart("Generation throughput", "tokens/s",
                              [("gen throughput", series["gen_throughput"], "#2c3e50")], t, report, "gen_throughput"))
@@ -227,7 +232,7 @@ def _page(report: dict, charts: list[str]) -> str:
                  f"(rule of thumb 5–8 GiB)</td></tr>" if headroom is not None else "")
     lines = report["lines"]
     unparsed = "".join(f"<tr><td>{_esc(k)}</td><td>{v:,}</td></tr>" for k, v in sorted(lines["unparsed"].items()))
-    events = "".join(f"<tr><td>{_esc(k)}</td><td>{v:,}</td></tr>" for k, v in report["events"].items())
+    events = "".join(f"<tr><td>{_esc(k)}</td><td>{v:,}</td></tr>" for k, v in report["records"].items())
     legend = " ".join(f"<span style='color:{c}'>▎{n}</span>" for c, n in _MARKER_STYLE.values())
     span = report["span"]
     when = "no timestamps" if span["start"] is None else \
@@ -237,7 +242,7 @@ def _page(report: dict, charts: list[str]) -> str:
 <header><h1>{_esc(title)}</h1>
 <p class="meta">{when}
 · profile <b>{_esc(report['profile'])}</b>
-· format {_esc(report['format_family'] or 'unknown')} · model {_esc(report['model'] or 'unknown')}
+· SGLang release {_esc(release_text(report.get('server')))} · model {_esc(report['model'] or 'unknown')}
 · restarts {report['restarts']}</p></header>
 <section id="verdict" class="verdict {_esc(verdict.replace(' ', '-'))}"><h2>Verdict: {_esc(verdict.upper())}</h2>
 <p>{headline}</p>{failures}<p class="meta">{counts}</p></section>

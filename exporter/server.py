@@ -240,7 +240,13 @@ class App:
     def _probe(self, path: str) -> Response:
         if path == "/readyz":
             ok = self.sidecar.ready()
-            return Response(200 if ok else 503, b"ready\n" if ok else b"starting\n")
+            body = "ready\n" if ok else "starting\n"
+            # the sources that are down, with why, for the person who curls it; probes need no credentials,
+            # so under basic auth the body names nothing (as /healthz's)
+            down = getattr(self.sidecar, "sources_down", None)
+            if down is not None and self.auth is None:
+                body += "".join(f"{line}\n" for line in down())
+            return Response(200 if ok else 503, body.encode())
         healthy = getattr(self.sidecar, "healthy", None)     # older Sidecars have no self-check: healthy
         ok, reason = healthy() if healthy is not None else (True, "")
         if ok:

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter import __version__, checkpoint, startup
-from exporter.catalog import SIGNALS_BY_ID
 from exporter.config import Config
 from exporter.engine import Engine, Snapshot
 from exporter.ingest.follower import Follower
 from exporter.ingest.pipeline import Sources as LogSources
 from exporter.recent import Recent
 from exporter.scrape import metrics_url, scrape
+from exporter.signals import retractions_per_minute
 from exporter.source_health import SourceHealth, SourceStatus, log_source_problem
 from exporter.startup import LOG_POLL_BUDGET  # noqa: F401 - re-exported (tests/test_memory.py)
 
@@ -112,6 +112,8 @@ class Sidecar:
         self.claim_positions()
         if self.config.log_files:
             startup.join_and_replay(self)
+            with self.lock:                # a missing log is said now, in the sidecar's log, not at the first scrape
+                self._update_log_up(self.clock())
         self.prepared = True
 
     # ------------------------------------------------------------------ feeding
@@ -123,6 +125,7 @@ class Sidecar:
         now = self.clock()
         with self.lock:
             self.engine.ingest_items(items, now)
+            self.engine.state.format_family = self._format_family()   # it narrows the release (flags.py)
             self._update_log_up(now)
         self.save_positions()
 
@@ -337,7 +340,6 @@ class Sidecar:
             self._update_metrics_up(now)
             snap = self.engine.evaluate(now)
             st = self.engine.state
-            window = SIGNALS_BY_ID["retractions_frequent"].window_seconds
             logs = {}
             if self.follower is not None:
                 stuck = self._follow_stuck()
@@ -351,7 +353,7 @@ class Sidecar:
                 ranks={k: (v.queue, v.running, v.usage, v.throughput, v.cuda_graph) for k, v in st.ranks.items()},
                 max_running_requests=st.memory_config.get("max_running_requests"),
                 headroom_bytes=st.headroom_bytes,
-                retractions_per_minute=st.retractions_per_minute(now, window),
+                retractions_per_minute=retractions_per_minute(st, now, self.engine.params),
                 retractions_total=st.retractions_total,
                 retracted_requests_total=st.retracted_requests_total,
                 oom_total=dict(st.oom_total),
@@ -387,10 +389,19 @@ class Sidecar:
                 return sp.parser.format_family
         return ""
 
+    def sources_down(self) -> list[str]:
+        """One line per source that is down, with why (a missing log, SGLang's /metrics refused), for
+        /readyz's body: readiness itself does not depend on them (see `ready`)."""
+        with self.lock:
+            return [f"{st.label} is down: {st.reason}" for _, st in sorted(self.health.sources.items())
+                    if st.up is False]
+
     def ready(self) -> bool:
         """Ready once every log is joined at its position (or known missing) with its history replayed, and
         SGLang's /metrics was tried once. Nothing about traffic: a quiet SGLang must never make us unready.
 
         A down SGLang must not make us unready either: a ServiceMonitor would then stop scraping us, and the
-        "SGLang is down" signal would vanish with it."""
+        "SGLang is down" signal would vanish with it. The same holds for a missing log file (SGLang has not
+        written it yet, or the path is wrong): the sidecar still serves what it knows and says what is missing,
+        in its log at start-up, in /readyz's body (`sources_down`) and in the API's `sources`."""
         return self.prepared and self.scrape_tried

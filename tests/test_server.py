@@ -86,7 +86,7 @@ def test_endpoints(served):
                         "signals", "advice", "server", "sources"}
     assert [(s["source"], s["kind"], s["up"], s["reason"]) for s in doc["sources"]] == [
         (served.logfile, "log", True, None)]
-    assert doc["profile"] == "offline" and doc["model"] == "m"
+    assert doc["profile"] == "online" and doc["model"] == "m"
     by_id = {s["id"]: s for s in doc["signals"]}
     assert set(by_id["gpu_headroom_high"]) == {"id", "title", "severity", "state", "value", "unit", "detail",
                                                "since", "advice", "runbook_url", "runbook", "cause"}
@@ -321,6 +321,9 @@ def test_a_source_coming_back_is_logged_once(tmp_path):
         s = Served(["--log-file", str(path), "--log-level", level])
         try:
             wait_until(lambda s=s: get(s.base + "/readyz")[0] == 200, timeout=20, what="serve to be ready")
+            if want_up:
+                # ready (readiness is the exporter's own state), and the body says what is missing
+                assert get(s.base + "/readyz")[2] == f"ready\nlog source {path} is down: missing: no such file\n"
 
             def log_state(s=s):
                 doc = json.loads(get(s.base + "/api/v1/signals")[2])
@@ -334,6 +337,9 @@ def test_a_source_coming_back_is_logged_once(tmp_path):
         assert sum(line.endswith(f"log source {path} is down: missing: no such file") for line in ours) == 1, err
         assert sum(line.endswith(f"log source {path} is up") for line in ours) == (1 if want_up else 0), err
         assert ("serving http://" in err) is want_up          # the start-up line is info too
+        # said at start, before the port answers, not at the first scrape
+        down_at = err.index(f"log source {path} is down")
+        assert not want_up or down_at < err.index("serving http://"), err
 
 
 def test_bad_log_level_from_the_environment_exits_2(logfile):

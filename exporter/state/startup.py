@@ -143,7 +143,7 @@ class StartupFacts(StatePart):
         """The server as a whole, JSON-ready (analyze's `server`, the API's `server`): whether its start-up was
         seen, the SGLang release range its server_args keys point to, its rank layout, restarts with their
         evidence, and each GPU's free memory after start-up (the least first)."""
-        release = flags.infer_release(self.server_args) if self.server_args else None
+        release = flags.infer_release(self.server_args, family=self.format_family or None)
         gpus = sorted(self.memory_by_rank.items(), key=lambda kv: (kv[1]["headroom_bytes"], kv[0]))
         return {
             "startup_seen": self.startup_seen,
