@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from exporter.catalog import SIGNALS_BY_ID
+from exporter.signals import retractions_per_minute
 from exporter.state.ranks import per_scheduler
 
 RECENT_SECONDS = 3600.0
@@ -20,12 +20,12 @@ class Recent:
         self.seconds = seconds
         self.spacing = seconds / samples
         self.ring: deque = deque(maxlen=samples)
-        self._window = SIGNALS_BY_ID["retractions_frequent"].window_seconds
 
-    def record(self, state, now: float) -> None:
+    def record(self, state, now: float, params: dict) -> None:
         """One sample of `state` (a ServerState) at `now`, unless the last one is more recent than the spacing.
-        The same numbers as the analyze report's charts: the queue summed over schedulers (TP ranks of one DP
-        rank share a queue), the fullest rank's token usage."""
+        The same numbers as the analyze report's charts and the gauges: the queue summed over schedulers (TP
+        ranks of one DP rank share a queue), the fullest rank's token usage, the retraction rate of
+        signals.retractions_per_minute with the thresholds in force (`params`)."""
         if self.ring and now - self.ring[-1][0] < self.spacing:
             return
         ranks = state.ranks
@@ -33,7 +33,7 @@ class Recent:
         queues = [r.queue for r in schedulers.values() if r.queue is not None]
         usages = [r.usage for r in ranks.values() if r.usage is not None]
         self.ring.append((now, sum(queues) if queues else None, max(usages) if usages else None,
-                          state.retractions_per_minute(now, self._window)))
+                          retractions_per_minute(state, now, params)))
 
     def samples(self, now: float) -> list[tuple]:
         """A copy of the samples of the last `seconds` before `now`, oldest first."""

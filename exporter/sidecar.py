@@ -303,7 +303,7 @@ class Sidecar:
             now = self.clock()
             self._update_metrics_up(now)
             self.engine.evaluate(now)
-            self.recent.record(self.engine.state, now)
+            self.recent.record(self.engine.state, now, self.engine.params)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         self.stop.set()

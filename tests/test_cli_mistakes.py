@@ -79,7 +79,7 @@ def test_a_misspelt_command_suggests_the_command(capsys):
     assert exc.value.code == 2
     assert last_line(capsys.readouterr().err) == (
         "sglang-exporter: error: unknown command 'analyse' (did you mean analyze?); commands: serve, parse, "
-        "analyze, check-config, generate, simulate, demo")
+        "analyze, check-config, generate, simulate, healthcheck, demo")
 
 
 def test_every_subcommand_has_a_description_and_every_argument_help():

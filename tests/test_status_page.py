@@ -72,10 +72,11 @@ def test_no_time_label_is_cut_off_at_the_chart_edges(span):
 
 
 def test_the_last_hour_ring_is_bounded_and_spaced():
-    state = ServerState(Config().signal_params())
+    params = Config().signal_params()
+    state = ServerState(params)
     recent = Recent()
     for i in range(20_000):                  # five and a half hours of one evaluation a second
-        recent.record(state, 1000.0 + i)
+        recent.record(state, 1000.0 + i, params)
     assert len(recent.ring) == RECENT_SAMPLES
     now = 1000.0 + 19_999
     samples = recent.samples(now)
