@@ -57,10 +57,22 @@ def _humanize1024(v: float) -> str:
 
 
 _ACTION = re.compile(r"{{\s*(.*?)\s*}}")
+# `{{ with $labels.x }}...{{ . }}...{{ end }}` (not nested): the body, with `.` the value, when x is set
+_WITH_LABEL = re.compile(r"{{\s*with\s+\$labels\.(\w+)\s*}}(.*?){{\s*end\s*}}", re.DOTALL)
+
+
+def expand_label_blocks(tmpl: str, labels: dict) -> str:
+    """The template with every `with $labels.x` block resolved against `labels`."""
+    def one(m):
+        value = labels.get(m.group(1), "")
+        return re.sub(r"{{\s*\.\s*}}", lambda _: value, m.group(2)) if value else ""
+    return _WITH_LABEL.sub(one, tmpl)
 
 
 def render_template(tmpl: str, labels: dict, value: float) -> str:
     """Render the subset of Prometheus' Go templates the catalog uses (fails loudly on anything else)."""
+    tmpl = expand_label_blocks(tmpl, labels)
+
     def one(m):
         expr = m.group(1)
         if expr.startswith("$labels."):

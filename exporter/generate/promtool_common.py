@@ -7,11 +7,14 @@ from exporter.generate.rules import Alert
 from exporter.generate.settings import RuleSettings
 
 NAMESPACE, POD_A, POD_B, POD_C, POD_D = "sglang", "sglang-0", "sglang-1", "sglang-2", "sglang-3"
+CLUSTER, OTHER_CLUSTER = "eu-1", "us-1"     # two clusters running the same StatefulSet (same names)
+STALE = "stale"     # a staleness marker: the target left service discovery (its series end at once)
 
 
-def target_labels(settings: RuleSettings, pod: str, port: int, selector: str, override) -> dict:
+def target_labels(settings: RuleSettings, pod: str, port: int, selector: str, override,
+                  cluster: str = CLUSTER) -> dict:
     ip = {POD_A: "10.0.0.1", POD_B: "10.0.0.2", POD_C: "10.0.0.3", POD_D: "10.0.0.4"}[pod]
-    lab = {"namespace": NAMESPACE, "pod": pod, "instance": f"{ip}:{port}"}
+    lab = {"cluster": cluster, "namespace": NAMESPACE, "pod": pod, "instance": f"{ip}:{port}"}
     lab.update(selector_labels(selector, override))
     lab.setdefault("job", "sglang-exporter" if port == 10060 else "sglang")
     return {k: v for k, v in lab.items() if k in settings.join_labels or k in selector_labels(selector, override)}
@@ -23,13 +26,14 @@ def series_text(name: str, labels: dict) -> str:
 
 
 def values_text(values: list) -> str:
-    """Compact promtool values: runs of equal values become `vxN`, `_` is a missing sample."""
+    """Compact promtool values: runs of equal values become `vxN`, `_` is a missing sample, `stale` a
+    staleness marker."""
     out, i = [], 0
     while i < len(values):
         j = i
         while j + 1 < len(values) and values[j + 1] == values[i]:
             j += 1
-        v = "_" if values[i] is None else num(values[i])
+        v = "_" if values[i] is None else STALE if values[i] == STALE else num(values[i])
         if v == "_":
             out.append(" ".join(["_"] * (j - i + 1)))
         else:
