@@ -1,7 +1,7 @@
 """docs/alerts.md: the alert list, recording rules, generation settings, routing and how the rules are tested."""
 from __future__ import annotations
 
-from exporter.config import AlertSettings, Config
+from exporter.config import Config
 from exporter.generate.alertmanager import BLINDING_ALERTS
 from exporter.generate.rules import (
     EXPORTER_RULES,
@@ -70,7 +70,7 @@ def alerts_md(settings: RuleSettings) -> str:
         "(native rules) |",
         f"| `identity_labels` | `{list(defaults.identity_labels)}` | labels one server's two targets share "
         "(the sidecar's and SGLang's); the last names the server (pod) |",
-        f"| `join_labels` | identity + `instance`, `job` | labels of one target, for joins of its own series |",
+        "| `join_labels` | identity + `instance`, `job` | labels of one target, for joins of its own series |",
         f"| `cluster_labels`, `absence_window` | `{list(defaults.cluster_labels)}`, `{defaults.absence_window}` "
         "| roll-ups keep these; `SGLangExportersVanished` pages per their values |",
         f"| `native_keep_labels` | `{list(defaults.native_keep_labels)}` | SGLang labels the native alerts keep |",

@@ -69,8 +69,16 @@ def expand_label_blocks(tmpl: str, labels: dict) -> str:
     return _WITH_LABEL.sub(one, tmpl)
 
 
-def render_template(tmpl: str, labels: dict, value: float) -> str:
-    """Render the subset of Prometheus' Go templates the catalog uses (fails loudly on anything else)."""
+# `{{ with printf "<selector>" args | query }}{{ . | first | label "x" }}{{ end }}`: a label of the first
+# series a query returns (rules.cause_lookup), or nothing when it returns none
+_QUERY_LABEL = re.compile(r'{{\s*with\s+printf\s+"(?:[^"\\]|\\.)*"[^|}]*\|\s*query\s*}}'
+                          r'{{\s*\.\s*\|\s*first\s*\|\s*label\s+"(\w+)"\s*}}{{\s*end\s*}}')
+
+
+def render_template(tmpl: str, labels: dict, value: float, queried: dict | None = None) -> str:
+    """Render the subset of Prometheus' Go templates the catalog uses (fails loudly on anything else).
+    `queried`: the labels of the series a `query` in the template finds (None: it finds none)."""
+    tmpl = _QUERY_LABEL.sub(lambda m: (queried or {}).get(m.group(1), ""), tmpl)
     tmpl = expand_label_blocks(tmpl, labels)
 
     def one(m):

@@ -20,8 +20,12 @@ def target_labels(settings: RuleSettings, pod: str, port: int, selector: str, ov
     return {k: v for k, v in lab.items() if k in settings.join_labels or k in selector_labels(selector, override)}
 
 
+def escape_value(v: str) -> str:
+    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def series_text(name: str, labels: dict) -> str:
-    inner = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    inner = ", ".join(f'{k}="{escape_value(v)}"' for k, v in sorted(labels.items()))
     return f"{name}{{{inner}}}"
 
 
@@ -68,11 +72,11 @@ def alert_case(name: str, t: float, exp: list) -> dict:
     return {"eval_time": fmt_duration(t), "alertname": name, "exp_alerts": exp}
 
 
-def expected_alert(alert: Alert, labels: dict, value: float) -> dict:
+def expected_alert(alert: Alert, labels: dict, value: float, queried: dict | None = None) -> dict:
     lab = {**labels, "severity": alert.severity, **alert.labels}
     return {"exp_labels": lab,
             "exp_annotations": {"summary": alert.summary,
-                                "description": render_template(alert.description, lab, value),
+                                "description": render_template(alert.description, lab, value, queried),
                                 "runbook_url": alert.runbook_url}}
 
 

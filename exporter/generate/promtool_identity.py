@@ -56,7 +56,9 @@ def storm_once(settings: RuleSettings, alerts: dict[str, Alert]) -> dict | None:
     t_eval = (steps - 2) * step
     hi = thr * 3
     storm = counter(hi * step / 60, steps)
-    native_value = prom_rate([(i * step, v) for i, v in enumerate(storm)], t_eval, window) * 60
+    per_second = prom_rate([(i * step, v) for i, v in enumerate(storm)], t_eval, window)
+    assert per_second is not None, "the storm's window holds samples at t_eval"
+    native_value = per_second * 60
     series, up = [], [1] * steps
     # eu-1/sglang-0: sidecar and SGLang both scraped, both see the storm -> the sidecar's alert only
     side_a, native_a = _sidecar(settings, POD_A, CLUSTER), _sglang(settings, POD_A, CLUSTER)
@@ -99,8 +101,9 @@ def storm_once(settings: RuleSettings, alerts: dict[str, Alert]) -> dict | None:
 
 
 def failures_in_two_clusters(settings: RuleSettings, a: Alert) -> dict:
-    """A failure alert joins its cause line by the target's labels: with the same namespace, pod and address
-    in two clusters, each fires with its own cause (no duplicate match group)."""
+    """A failure alert joins its cause by the target's labels: with the same namespace, pod and address in
+    two clusters, each fires with its own cause class (no duplicate match group) and its description reads
+    its own cause line (quotes and all), which is not a label."""
     step = interval(settings)
     f = parse_duration(a.for_)
     steps = int(f / step) + 5
@@ -110,14 +113,15 @@ def failures_in_two_clusters(settings: RuleSettings, a: Alert) -> dict:
     series, expected = [], []
     for cluster, cause in ((CLUSTER, {"cause_class": "cuda_oom", "cause": "torch.OutOfMemoryError: CUDA out of "
                                                                          "memory."}),
-                           (OTHER_CLUSTER, {"cause_class": "nccl", "cause": "RuntimeError: NCCL error"})):
+                           (OTHER_CLUSTER, {"cause_class": "nccl", "cause": 'RuntimeError: NCCL error "2"'})):
         sig = {**_sidecar(settings, POD_A, cluster), "signal": s.id}
         series += [{"series": series_text(M_FIRING, {**sig, "severity": s.severity}),
                     "values": values_text([1] * steps)},
                    {"series": series_text(M_KNOWN, sig), "values": values_text([1] * steps)},
                    {"series": series_text(value_name, sig), "values": values_text([3 / back] * steps)},
                    {"series": series_text(M_CAUSE, {**sig, **cause}), "values": values_text([1] * steps)}]
-        expected.append(expected_alert(a, {**sig, **cause}, 3))
+        expected.append(expected_alert(a, {**sig, "cause_class": cause["cause_class"]}, 3,
+                                       {"cause": cause["cause"]}))
     return {"name": f"{a.name}: the same pod in two clusters fires twice, each with its own cause",
             "interval": fmt_duration(step), "input_series": series,
             "alert_rule_test": [alert_case(a.name, f + step, expected)]}

@@ -134,12 +134,27 @@ def summary_of(signal_id: str) -> str:
     return alert.summary
 
 
+CAUSE_LABEL = "{{ $labels.cause }}"     # how the catalog's failure descriptions place the cause line
+
+
+def cause_lookup(settings: RuleSettings, signal_id: str) -> str:
+    """A Go template reading the cause line from `failure_cause_info` when the alert is rendered. The line is
+    free text that changes within one incident (a second traceback, numbers in it): as an alert label it would
+    end the alert and start a new one, a new notification each time; in the description it only updates."""
+    matchers = ",".join(f"{label}=%q" for label in settings.join_labels + ("signal",))
+    args = " ".join([f"$labels.{label}" for label in settings.join_labels] + [f'"{signal_id}"'])
+    return (f'{{{{ with printf "{M_CAUSE}{{{matchers}}}" {args} | query }}}}'
+            '{{ . | first | label "cause" }}{{ end }}')
+
+
 def _signal_alert(s, expr: str, settings: RuleSettings) -> Alert:
     labels = {"signal": s.id}
     if s.family:    # a critical of the family silences the family's warnings on the same instance
         labels["family"] = s.family
+    description = s.alert.description.replace(CAUSE_LABEL, cause_lookup(settings, s.id)) if s.failure \
+        else s.alert.description
     return Alert(s.alert.name, expr, settings.for_duration(s.alert.name), s.severity, s.alert.summary,
-                 s.alert.description, s.alert.page, labels, "signal", s.id, s.meaning, s.impact)
+                 description, s.alert.page, labels, "signal", s.id, s.meaning, s.impact)
 
 
 def signal_alerts(settings: RuleSettings) -> list[Alert]:
@@ -157,9 +172,10 @@ def signal_alerts(settings: RuleSettings) -> list[Alert]:
                 f"# firing without a value still alerts ($value is then 1)\n"
                 f"or on ({join})\n{firing}\n")
         if s.failure:
-            # the cause line rides along as labels, for the description; without one the alert still fires
+            # the cause's class (a short fixed list) rides along as a label, for routing; the cause line is
+            # read by the description (cause_lookup). Without a cause exported the alert still fires.
             base = "(\n" + expr + ")"
-            expr = (f"(\n{base}\n  * on ({join}) group_left (cause_class, cause)\n"
+            expr = (f"(\n{base}\n  * on ({join}) group_left (cause_class)\n"
                     f"  {M_CAUSE}{sel(settings.exporter_selector, signal_match)}\n)\n"
                     f"# no cause exported (yet): fire without it\nor on ({join})\n{base}\n")
         out.append(_signal_alert(s, expr, settings))
@@ -169,13 +185,14 @@ def signal_alerts(settings: RuleSettings) -> list[Alert]:
 def meta_alerts(settings: RuleSettings) -> list[Alert]:
     join = by(settings.join_labels)
     clusters = by(settings.cluster_labels)
+    absence = settings.window(settings.absence_window)
     exporter = settings.exporter_selector
     drift = settings.window(settings.drift_window)
     exprs = {
         "SGLangExporterDown": f"up{sel(exporter)} == 0\nor\nabsent(up{sel(exporter)})\n",
         # absent() stays silent while any cluster still reports: compare each cluster with its own past
         "SGLangExportersVanished": (
-            f"count by ({clusters}) (\n  max_over_time(up{sel(exporter)}[{settings.window(settings.absence_window)}])\n)\n"
+            f"count by ({clusters}) (\n  max_over_time(up{sel(exporter)}[{absence}])\n)\n"
             f"unless on ({clusters})\ncount by ({clusters}) (up{sel(exporter)})\n"),
         "SGLangTargetDown": f"{M_SCRAPE}{sel(exporter, SRC_METRICS)} == 0\n",
         "SGLangLogParserDrift": (
