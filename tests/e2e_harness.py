@@ -551,7 +551,7 @@ class Stack:
             }, {  # the same pods' SGLang /metrics: the native rules see every storm the sidecars see
                 "job_name": SGLANG_JOB,
                 # the simulators also serve the sidecars (a 1 s timeout): Prometheus asks less often
-                "scrape_interval": "5s", "scrape_timeout": "4s",
+                "scrape_interval": "10s", "scrape_timeout": "5s",
                 "static_configs": [{"targets": [r.sim_instance], "labels": {"namespace": NAMESPACE, "pod": name}}
                                    for name, r in self.running.items()],
             }],
