@@ -433,3 +433,41 @@ def test_drift_ignores_foreign_noise():
 ])
 def test_template_renderer(tmpl, value, expected):
     assert render_template(tmpl, {"instance": "i"}, value) == expected
+
+
+def test_template_renderer_label_blocks_and_cause_query():
+    ref = gen.server_ref(RuleSettings())
+    full = {"cluster": "eu-1", "namespace": "llm", "pod": "sglang-0", "instance": "10.0.0.7:10060"}
+    assert render_template(ref, full, 1) == "eu-1/llm/sglang-0 (10.0.0.7:10060)"
+    # cluster only an external label (a per-cluster Prometheus): left out, no stray separator
+    assert render_template(ref, {k: v for k, v in full.items() if k != "cluster"}, 1) == "llm/sglang-0 (10.0.0.7:10060)"
+    lookup = gen.cause_lookup(RuleSettings(), "server_crashed")
+    assert render_template(f"Cause: {lookup}.", full, 1, {"cause": "RuntimeError: x"}) == "Cause: RuntimeError: x."
+    assert render_template(f"Cause: {lookup}.", full, 1) == "Cause: ."
+
+
+def _clauses(expr: str) -> list[list[str]]:
+    return [[x.strip() for x in m.group(2).split(",")]
+            for m in re.finditer(r"\b(on|by|group_left|group_right)\s*\(([^)]*)\)", expr)]
+
+
+@pytest.mark.parametrize("rule", load_rules(), ids=lambda r: r[2].get("alert") or r[2].get("record"))
+def test_every_join_and_aggregation_keeps_clusters_apart(rule):
+    """Two clusters with the same namespace and pod names: a clause naming the namespace (a server or a
+    namespace, not a global roll-up) must name the cluster too, or the two meet in one match group."""
+    for labels in _clauses(rule[2]["expr"]):
+        if "namespace" in labels:
+            assert "cluster" in labels, (rule[2].get("alert") or rule[2].get("record"), labels)
+
+
+def test_nothing_relates_two_targets_by_instance():
+    """A pod's sidecar (podIP:10060) and SGLang (podIP:30000) differ in `instance`: the native stand-down and
+    every inhibition match on the identity labels, never on the address."""
+    import yaml as _yaml
+    am = _yaml.safe_load((ALERTS / "alertmanager.yml").read_text())
+    assert am["route"]["group_by"] == ["cluster", "namespace", "pod"]
+    for rule in am["inhibit_rules"]:
+        assert "instance" not in rule["equal"], rule
+    for r in alert_rules():
+        if r["alert"].startswith("SGLangNative"):
+            assert "unless on (cluster, namespace, pod)\nup{" in r["expr"], r["alert"]
