@@ -59,6 +59,8 @@ AM_EXAMPLE = ROOT / "alerts" / alertmanager.ALERTMANAGER
 SIMULATE_DOC = ROOT / "docs" / "simulate.md"
 JOB = "sglang-exporter"          # AlertSettings().exporter_selector is job="sglang-exporter"
 SGLANG_JOB = "sglang"            # AlertSettings().sglang_selector is job="sglang"
+OTHER_CLUSTER = "e2e-other"      # a second cluster's target: the twin of this healthy case's exporter
+TWIN_OF = "healthy_offline"
 NAMESPACE = "e2e"
 RECEIVERS = ("page", "ticket", "deadmansswitch")
 STALL_SECONDS = 3                # stalled cases: a short stall threshold (wall time)
@@ -540,14 +542,23 @@ class Stack:
             (rules_dir / rel.removeprefix("alerts/")).parent.mkdir(parents=True, exist_ok=True)
             (rules_dir / rel.removeprefix("alerts/")).write_text(text)
         self.rule_files = [rules_dir / gen.EXPORTER_RULES, rules_dir / gen.NATIVE_RULES]
+        # a second cluster: the twin of a healthy pod (same namespace, pod and address), found through a
+        # file that vanish_cluster() empties, as a cluster whose service discovery goes away
+        twin = self.running[TWIN_OF]
+        self.twin_targets = self.dir / "other-cluster.json"
+        self.twin_targets.write_text(json.dumps([{"targets": [twin.instance], "labels": {
+            "cluster": OTHER_CLUSTER, "namespace": NAMESPACE, "pod": TWIN_OF}}]))
         cfg = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            # a scrape that fails marks every series of its target stale, which ends its alerts: a 2 s
+            # timeout keeps a loaded machine from resolving and re-firing them
+            "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in self.rule_files],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [self.am_url.split("//")[1]]}]}]},
             "scrape_configs": [{
                 "job_name": JOB,
                 "static_configs": [{"targets": [r.instance], "labels": {"namespace": NAMESPACE, "pod": name}}
                                    for name, r in self.running.items()],
+                "file_sd_configs": [{"files": [str(self.twin_targets)]}],
             }, {  # the same pods' SGLang /metrics: the native rules see every storm the sidecars see
                 "job_name": SGLANG_JOB,
                 # the simulators also serve the sidecars (a 1 s timeout): Prometheus asks less often
@@ -567,6 +578,10 @@ class Stack:
                                         # held back for the default 1 min
                                         "--rules.alert.resend-delay=10s"])
         self.prom_ready_at = time.monotonic()
+
+    def vanish_cluster(self):
+        """The second cluster's service discovery finds nothing any more: its only sidecar target goes."""
+        self.twin_targets.write_text("[]")
 
     # --------------------------------------------------------------------------- observation
     def prom_alerts(self) -> list[dict]:

@@ -13,6 +13,7 @@ from e2e_harness import (
     AM_EXAMPLE,
     JOB,
     NAMESPACE,
+    OTHER_CLUSTER,
     RECEIVERS,
     STALL_SECONDS,
     Stack,
@@ -23,7 +24,7 @@ from e2e_harness import (
     receiver_for,
     routing_tree,
 )
-from helpers import require_tool
+from helpers import require_tool, wait_until
 
 from exporter import catalog
 from exporter.generate import rules as gen
@@ -321,3 +322,23 @@ def test_one_page_per_incident_with_both_rule_sets(stack):
     assert rate and float(rate[0]["value"][1]) * 60 >= storm, rate
     native = [a["labels"] for a in stack.prom_alerts() if a["labels"]["alertname"].startswith("SGLangNative")]
     assert not native, native
+
+
+def test_a_vanished_cluster_pages_alone(stack):
+    """Runs last (it changes the stack). A second cluster, whose one sidecar is the twin of a healthy pod
+    (same namespace, pod and address), stayed quiet so far; its service discovery now finds nothing. The
+    whole fleet still reports (`absent()` would stay silent), yet SGLangExportersVanished pages for that
+    cluster, once, and for no other."""
+    assert not [a for a in stack.prom_alerts() if a["labels"].get("cluster") == OTHER_CLUSTER]
+    stack.vanish_cluster()
+
+    def paged():
+        return [n for p, n, _ in list(stack.webhook.received)
+                if p == "page" and n["groupLabels"].get("cluster") == OTHER_CLUSTER]
+    pages = wait_until(paged, timeout=90, interval=0.5, what=f"the page for cluster {OTHER_CLUSTER}")
+    assert len(pages) == 1, pages
+    assert [a["labels"] for a in pages[0]["alerts"]] == [
+        {"alertname": "SGLangExportersVanished", "cluster": OTHER_CLUSTER, "severity": "critical"}]
+    assert pages[0]["alerts"][0]["annotations"]["description"].startswith(f"{OTHER_CLUSTER}: none of the ")
+    vanished = [a["labels"] for a in stack.prom_alerts() if a["labels"]["alertname"] == "SGLangExportersVanished"]
+    assert vanished == [{"alertname": "SGLangExportersVanished", "cluster": OTHER_CLUSTER, "severity": "critical"}]
