@@ -315,8 +315,10 @@ def test_catalog_alerts_all_present():
             assert r["for"] == s.alert.for_
             assert r["annotations"]["summary"] == s.alert.summary
             # the catalog names the server by its address; the rule by its identity labels, then the address
+            # and a failure's cause line by a lookup when it is rendered, not by a label
             assert r["annotations"]["description"] == s.alert.description.replace(
-                "{{ $labels.instance }}", gen.server_ref(RuleSettings()))
+                "{{ $labels.instance }}", gen.server_ref(RuleSettings())).replace(
+                "{{ $labels.cause }}", gen.cause_lookup(RuleSettings(), s.id))
             assert r["annotations"]["runbook_url"] == f"{catalog.RUNBOOK_BASE}/{s.alert.name}.md"
             assert f'signal="{s.id}"' in r["expr"]
 

@@ -11,10 +11,18 @@ CLUSTER, OTHER_CLUSTER = "eu-1", "us-1"     # two clusters running the same Stat
 STALE = "stale"     # a staleness marker: the target left service discovery (its series end at once)
 
 
+def test_clusters(settings: RuleSettings) -> tuple[str, str | None]:
+    """The clusters of the test series: two that share every other name, or one when a selector pins it."""
+    pinned = {**selector_labels(settings.sglang_selector, settings.sglang_test_labels),
+              **selector_labels(settings.exporter_selector, settings.exporter_test_labels)}.get("cluster")
+    return (pinned, None) if pinned else (CLUSTER, OTHER_CLUSTER)
+
+
 def target_labels(settings: RuleSettings, pod: str, port: int, selector: str, override,
-                  cluster: str = CLUSTER) -> dict:
+                  cluster: str | None = None) -> dict:
     ip = {POD_A: "10.0.0.1", POD_B: "10.0.0.2", POD_C: "10.0.0.3", POD_D: "10.0.0.4"}[pod]
-    lab = {"cluster": cluster, "namespace": NAMESPACE, "pod": pod, "instance": f"{ip}:{port}"}
+    lab = {"cluster": cluster or test_clusters(settings)[0], "namespace": NAMESPACE, "pod": pod,
+           "instance": f"{ip}:{port}"}
     lab.update(selector_labels(selector, override))
     lab.setdefault("job", "sglang-exporter" if port == 10060 else "sglang")
     return {k: v for k, v in lab.items() if k in settings.join_labels or k in selector_labels(selector, override)}

@@ -8,8 +8,6 @@ from __future__ import annotations
 from exporter import catalog
 from exporter.generate.promql import fmt_duration, parse_duration, selector_labels
 from exporter.generate.promtool_common import (
-    CLUSTER,
-    OTHER_CLUSTER,
     POD_A,
     POD_B,
     POD_C,
@@ -22,6 +20,7 @@ from exporter.generate.promtool_common import (
     interval,
     series_text,
     target_labels,
+    test_clusters,
     values_text,
 )
 from exporter.generate.rules import (
@@ -229,12 +228,15 @@ def exporters_vanished_test(settings: RuleSettings, a: Alert) -> dict:
     k = 10                                    # samples before the vanishing
     steps = k + int((window + f) / step) + 5
     series = []
-    for cluster, pods_staying in ((CLUSTER, (POD_A,)), (OTHER_CLUSTER, ())):
+    home, other = test_clusters(settings)
+    # a selector that pins the cluster: that one cluster vanishes (no second one to stay quiet)
+    clusters = ((home, (POD_A,)), (other, ())) if other else ((home, ()),)
+    for cluster, pods_staying in clusters:
         for pod in (POD_A, POD_B):
             lab = target_labels(settings, pod, 10060, sel, tl, cluster)
             values = [1] * steps if pod in pods_staying else [1] * k + [STALE]
             series.append({"series": series_text("up", lab), "values": values_text(values)})
-    gone = {label: OTHER_CLUSTER for label in settings.cluster_labels}
+    gone = {label: other or home for label in settings.cluster_labels}
     t_gone = k * step
     t_forgotten = (k - 1) * step + window + 2 * step   # the window holds none of the cluster's samples
     return {"name": f"{a.name}: one cluster's sidecars all vanish: it pages alone, while the window "
@@ -252,14 +254,16 @@ def recording_tests_exporter(settings: RuleSettings) -> dict:
     sel, tl = settings.exporter_selector, settings.exporter_test_labels
     pod_a, pod_b, pod_c = (target_labels(settings, x, 10060, sel, tl) for x in (POD_A, POD_B, POD_C))
     pod_c = {**pod_c, "namespace": "other"}
-    twin_a = target_labels(settings, POD_A, 10060, sel, tl, OTHER_CLUSTER)
+    other = test_clusters(settings)[1]
     window = parse_duration(settings.window(settings.rate_window))
     steps = int(3600 / step) + 5 if not settings.short_windows else int(3 * window / step) + 5
     t_eval = (steps - 2) * step
     w = settings.window(settings.rate_window)
     series = []
     # per-second rates: exact binary fractions keep the expected values exact
-    targets = ((pod_a, 0.5, "m1"), (pod_b, 0.25, "m1"), (pod_c, 0.125, "m2"), (twin_a, 0.0625, "m1"))
+    targets = [(pod_a, 0.5, "m1"), (pod_b, 0.25, "m1"), (pod_c, 0.125, "m2")]
+    if other:       # sglang-0 again, in the second cluster
+        targets.append((target_labels(settings, POD_A, 10060, sel, tl, other), 0.0625, "m1"))
     for lab, r, model in targets:
         series += [
             {"series": series_text(M_RETR, lab), "values": values_text(counter(r * step, steps))},
@@ -314,7 +318,7 @@ def recording_tests_exporter(settings: RuleSettings) -> dict:
         f"namespace_pod_kind:{M_EVENTS[:-6]}:rate{w}": rollup(("namespace", "pod", "kind"), lambda lab, r: r,
                                                               {"kind": "decode_batch"}),
     }
-    assert len(exp[f"namespace:{M_RETR[:-6]}:rate{w}"] or ()) == 3     # the twin is a group of its own
+    assert len(exp[f"namespace:{M_RETR[:-6]}:rate{w}"] or ()) == len(targets) - 1   # the twin: its own group
     names = [r["record"] for r in exporter_recording_rules(settings)]
     assert sorted(names) == sorted(exp), (names, list(exp))
     if settings.short_windows and oom_window > t_eval:

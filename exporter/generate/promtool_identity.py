@@ -12,10 +12,9 @@ from __future__ import annotations
 from exporter import catalog
 from exporter.generate.promql import fmt_duration, parse_duration
 from exporter.generate.promtool_common import (
-    CLUSTER,
-    OTHER_CLUSTER,
     POD_A,
     POD_B,
+    POD_C,
     alert_case,
     counter,
     expected_alert,
@@ -23,6 +22,7 @@ from exporter.generate.promtool_common import (
     prom_rate,
     series_text,
     target_labels,
+    test_clusters,
     values_text,
 )
 from exporter.generate.rules import M_CAUSE, M_FIRING, M_KNOWN, Alert, value_metric
@@ -60,8 +60,9 @@ def storm_once(settings: RuleSettings, alerts: dict[str, Alert]) -> dict | None:
     assert per_second is not None, "the storm's window holds samples at t_eval"
     native_value = per_second * 60
     series, up = [], [1] * steps
+    home, other = test_clusters(settings)
     # eu-1/sglang-0: sidecar and SGLang both scraped, both see the storm -> the sidecar's alert only
-    side_a, native_a = _sidecar(settings, POD_A, CLUSTER), _sglang(settings, POD_A, CLUSTER)
+    side_a, native_a = _sidecar(settings, POD_A, home), _sglang(settings, POD_A, home)
     sig = {**side_a, "signal": "retraction_storm"}
     value_name, back = value_metric(catalog.SIGNALS_BY_ID["retraction_storm"])
     series += [{"series": series_text("up", side_a), "values": values_text(up)},
@@ -71,18 +72,22 @@ def storm_once(settings: RuleSettings, alerts: dict[str, Alert]) -> dict | None:
                {"series": series_text("up", native_a), "values": values_text(up)},
                {"series": series_text("sglang:num_retracted_requests_total", native_a), "values": values_text(storm)}]
     # us-1/sglang-0: the same names, no sidecar -> the native alert, with that cluster's labels
-    native_twin = _sglang(settings, POD_A, OTHER_CLUSTER)
-    series += [{"series": series_text("up", native_twin), "values": values_text(up)},
-               {"series": series_text("sglang:num_retracted_requests_total", native_twin),
-                "values": values_text(storm)}]
+    native_fire = []
+    if other:
+        native_twin = _sglang(settings, POD_A, other)
+        native_fire.append(native_twin)
+        series += [{"series": series_text("up", native_twin), "values": values_text(up)},
+                   {"series": series_text("sglang:num_retracted_requests_total", native_twin),
+                    "values": values_text(storm)}]
     # eu-1/sglang-1: a sidecar target without a pod label (a static scrape config) silences nothing
-    podless = {k: v for k, v in _sidecar(settings, POD_B, CLUSTER).items() if k != settings.server_label}
-    native_b = _sglang(settings, POD_B, CLUSTER)
+    podless = {k: v for k, v in _sidecar(settings, POD_B, home).items() if k != settings.server_label}
+    native_b = _sglang(settings, POD_B, home)
+    native_fire.append(native_b)
     series += [{"series": series_text("up", podless), "values": values_text(up)},
                {"series": series_text("up", native_b), "values": values_text(up)},
                {"series": series_text("sglang:num_retracted_requests_total", native_b), "values": values_text(storm)}]
-    # us-1/sglang-1: below the threshold, no sidecar: quiet
-    quiet = _sglang(settings, POD_B, OTHER_CLUSTER)
+    # eu-1/sglang-2: below the threshold, no sidecar: quiet
+    quiet = _sglang(settings, POD_C, home)
     series.append({"series": series_text("sglang:num_retracted_requests_total", quiet),
                    "values": values_text(counter(thr * 0.5 * step / 60, steps))})
     keep = set(settings.join_labels) | set(settings.native_keep_labels)
@@ -94,13 +99,11 @@ def storm_once(settings: RuleSettings, alerts: dict[str, Alert]) -> dict | None:
             "interval": fmt_duration(step), "input_series": series,
             "alert_rule_test": [
                 alert_case(sidecar_alert.name, t_eval, [expected_alert(sidecar_alert, sig, hi)]),
-                alert_case(native_alert.name, t_eval, [expected_alert(native_alert, native_out(native_twin),
-                                                                      native_value),
-                                                       expected_alert(native_alert, native_out(native_b),
-                                                                      native_value)])]}
+                alert_case(native_alert.name, t_eval, [expected_alert(native_alert, native_out(lab), native_value)
+                                                       for lab in native_fire])]}
 
 
-def failures_in_two_clusters(settings: RuleSettings, a: Alert) -> dict:
+def failures_in_two_clusters(settings: RuleSettings, a: Alert) -> dict | None:
     """A failure alert joins its cause by the target's labels: with the same namespace, pod and address in
     two clusters, each fires with its own cause class (no duplicate match group) and its description reads
     its own cause line (quotes and all), which is not a label."""
@@ -110,10 +113,13 @@ def failures_in_two_clusters(settings: RuleSettings, a: Alert) -> dict:
     assert a.signal is not None, a.name
     s = catalog.SIGNALS_BY_ID[a.signal]
     value_name, back = value_metric(s)
+    home, other = test_clusters(settings)
+    if other is None:        # a selector pins one cluster: nothing to keep apart
+        return None
     series, expected = [], []
-    for cluster, cause in ((CLUSTER, {"cause_class": "cuda_oom", "cause": "torch.OutOfMemoryError: CUDA out of "
+    for cluster, cause in ((home, {"cause_class": "cuda_oom", "cause": "torch.OutOfMemoryError: CUDA out of "
                                                                          "memory."}),
-                           (OTHER_CLUSTER, {"cause_class": "nccl", "cause": 'RuntimeError: NCCL error "2"'})):
+                           (other, {"cause_class": "nccl", "cause": 'RuntimeError: NCCL error "2"'})):
         sig = {**_sidecar(settings, POD_A, cluster), "signal": s.id}
         series += [{"series": series_text(M_FIRING, {**sig, "severity": s.severity}),
                     "values": values_text([1] * steps)},
@@ -130,6 +136,9 @@ def failures_in_two_clusters(settings: RuleSettings, a: Alert) -> dict:
 def identity_tests(settings: RuleSettings, alerts: list[Alert]) -> list[dict]:
     by_name = {a.name: a for a in alerts}
     out = [t for t in (storm_once(settings, by_name),) if t is not None]
-    out += [failures_in_two_clusters(settings, a) for a in alerts
-            if a.kind == "signal" and a.signal and catalog.SIGNALS_BY_ID[a.signal].failure]
+    for a in alerts:
+        if a.kind == "signal" and a.signal and catalog.SIGNALS_BY_ID[a.signal].failure:
+            test = failures_in_two_clusters(settings, a)
+            if test is not None:
+                out.append(test)
     return out
