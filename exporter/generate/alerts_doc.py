@@ -172,7 +172,13 @@ def alerts_md(settings: RuleSettings) -> str:
         "elapsed (exact labels and annotations, including the runbook URL and the rendered description), "
         "that it does not fire one evaluation earlier, and that it stays silent just inside the threshold "
         "(native alerts) or when the signal is not firing or unknown (signal alerts). Every recording rule "
-        "has a `promql_expr_test`.",
+        "has a `promql_expr_test`. `sglang-identity.test.yml` loads both rule files on the label sets "
+        "Prometheus Operator gives (cluster, namespace, pod, instance, job, container, endpoint) in two "
+        "clusters that share namespace, pod and address: a storm both the sidecar and SGLang's own /metrics "
+        "see raises only the sidecar's alert, the same pod without a sidecar gets the native one, a sidecar "
+        "without a pod label silences nothing, and each failure alert fires once per cluster with its own "
+        "cause (where the rules of the previous release failed with \"found duplicate series for the match "
+        "group\"). The recording rules' test and `SGLangExportersVanished`'s use the same two clusters.",
         "",
         "Because those tests come from the same catalog as the rules, a wrong threshold in the catalog would "
         "pass them. The hand-written files in `alerts/tests/oracle/` (one per rule group, not generated) "
