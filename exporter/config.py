@@ -28,11 +28,19 @@ class AlertSettings:
     # PromQL matchers (without braces) of the sidecar's scrape job, and of SGLang's own /metrics job.
     exporter_selector: str = 'job="sglang-exporter"'
     sglang_selector: str = 'job="sglang"'
-    # Target labels that identify one server (kube-style relabelling adds namespace and pod).
-    join_labels: tuple = ("namespace", "pod", "instance", "job")
+    # Labels one server's two targets (the sidecar and SGLang's /metrics) share, in every cluster: the
+    # native rules stand down, Alertmanager groups and inhibits on them. The last one names the server
+    # itself (pod): a target without it is never joined to another. `cluster` may be an external label.
+    identity_labels: tuple = ("cluster", "namespace", "pod")
+    # Labels of one target, for joins of one target's series (None: identity_labels + instance, job).
+    join_labels: tuple | None = None
     native_keep_labels: tuple = ("model_name",)     # SGLang's labels the native alerts keep
-    group_by: tuple = ("namespace", "instance", "alertname")   # Alertmanager route grouping
-    inhibit_equal: tuple = ("namespace", "instance")           # labels equal for an inhibition
+    group_by: tuple | None = None        # Alertmanager route grouping (None: identity_labels)
+    inhibit_equal: tuple | None = None   # labels equal for an inhibition (None: identity_labels)
+    # Labels that tell clusters apart (often an external label): fleet roll-ups keep them, and the
+    # absence alert pages per their values when a cluster's exporters vanish.
+    cluster_labels: tuple = ("cluster",)
+    absence_window: str = "1h"           # how far back a vanished cluster's exporters are remembered
     runbook_base_url: str = RUNBOOK_BASE             # runbook_url = <this>/<AlertName>.md
     # Profile whose thresholds the native rules compare; None: catalog defaults and every native alert
     # (one rule file usually serves a fleet of profiles, so this is not the sidecar's `profile`).
@@ -124,8 +132,9 @@ assert set(_SCALARS) | {"signals", "alerts"} == {f.name for f in fields(Config)}
 
 # `alerts:` keys -> kind; `for` is spelt as in a rule file (the field is alert_for)
 _ALERT_KEYS = {
-    "exporter_selector": "selector", "sglang_selector": "selector", "join_labels": "labels",
-    "native_keep_labels": "labels", "group_by": "labels", "inhibit_equal": "labels", "runbook_base_url": "url",
+    "exporter_selector": "selector", "sglang_selector": "selector", "identity_labels": "labels",
+    "cluster_labels": "labels", "join_labels": "labels", "native_keep_labels": "labels",
+    "absence_window": "duration", "group_by": "labels", "inhibit_equal": "labels", "runbook_base_url": "url",
     "profile": "profile", "for": "for", "max_unknown_ratio": "ratio", "drift_window": "duration",
     "log_stale_window": "duration", "rate_window": "duration", "short_windows": "bool", "short_for": "duration",
     "short_range": "duration", "page_url": "url", "ticket_url": "url", "deadmansswitch_url": "url",
@@ -350,6 +359,8 @@ def _alert_value(kind: str, v, where: str, problems: _Problems, key: str):
     if kind == "labels":
         if not isinstance(v, list) or not all(isinstance(x, str) and _LABEL.fullmatch(x) for x in v):
             raise ConfigError(f"{where}: expected a list of label names, got {v!r}")
+        if key == "identity_labels" and not v:
+            raise ConfigError(f"{where}: name at least one label (the default: cluster, namespace, pod)")
         return tuple(v)
     if kind == "label_values":
         if v is not None and (not isinstance(v, dict) or not all(
