@@ -65,7 +65,8 @@ def objectives_md(settings: RuleSettings) -> list[str]:
                      f"{objective_text(kind, spec)} | [{a.name}](runbooks/{a.name}.md) |")
     lines += ["", "Recording rules of one objective (the `slo` label names it):", "", "| record | expression |",
               "|---|---|"]
-    for r in recording_rules(catalog_slo.KINDS[0], documented.objectives()["ttft"], documented):
+    first_id, first_spec = next(iter(documented.objectives().items()))
+    for r in recording_rules(catalog_slo.KINDS_BY_ID[first_id], first_spec, documented):
         expr = " ".join(r["expr"].split()).replace("|", "\\|")
         lines.append(f"| `{r['record']}` | `{expr}` |")
     lines += ["", "The sidecar's own error signals judge one server against a fixed threshold and say why; these "
