@@ -134,17 +134,20 @@ def test_generated_promtool_tests_pass(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("mutation,old,new", [
-    ("no short window", "\n  and\n  instance:sglang_slo_errors:ratio_rate5m{slo=\"error_ratio\"} / (1 - 0.999) > 14.4", ""),
-    ("6h pair at burn 5", "(1 - 0.999) > 6\n", "(1 - 0.999) > 5\n"),
-    ("ticket at burn 0.8", "(1 - 0.999) > 1\n", "(1 - 0.999) > 0.8\n"),
+@pytest.mark.parametrize("mutation,alert,old,new", [
+    ("no short window", "SGLangSLOErrorRatioFastBurn",
+     '\n  and\n  instance:sglang_slo_errors:ratio_rate5m{slo="error_ratio"} / (1 - 0.999) > 14.4', ""),
+    ("6h pair at burn 5", "SGLangSLOErrorRatioFastBurn", "(1 - 0.999) > 6\n", "(1 - 0.999) > 5\n"),
+    ("ticket at burn 0.8", "SGLangSLOErrorRatioSlowBurn", "(1 - 0.999) > 1\n", "(1 - 0.999) > 0.8\n"),
 ])
-def test_generated_tests_catch_wrong_rules(tmp_path, mutation, old, new):
+def test_generated_tests_catch_wrong_rules(tmp_path, mutation, alert, old, new):
     alerts_dir = _bundle(tmp_path, _config(tmp_path, "slo:\n  error_ratio: {target: 0.999}\n"))
-    rules = alerts_dir / SLO_RULES
-    text = rules.read_text()
-    assert old in text, mutation
-    rules.write_text(text.replace(old, new))
+    path = alerts_dir / SLO_RULES
+    doc = yaml.safe_load(path.read_text())
+    rule = next(r for g in doc["groups"] for r in g["rules"] if r.get("alert") == alert)
+    assert old in rule["expr"], mutation
+    rule["expr"] = rule["expr"].replace(old, new)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     r = _promtool_test(alerts_dir)
     assert r.returncode != 0, f"{mutation}: the generated tests still pass"
 
