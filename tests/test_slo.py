@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helm_render import CHART, NAMESPACE, RELEASE, helm as run_helm, template, value_sets
+from helm_render import CHART, NAMESPACE, RELEASE, template, value_sets
+from helm_render import helm as run_helm
 from helpers import require_tool
 
 from exporter import catalog_slo

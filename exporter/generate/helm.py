@@ -126,10 +126,11 @@ def _bucket_check(kind: catalog_slo.ObjectiveKind) -> str:
     (the same check `sglang-exporter check-config` makes), unless custom_buckets says the server sets its own."""
     ref = f".Values.rules.slo.objectives.{kind.id}"
     bounds = " ".join(f'"{num(b)}"' for b in catalog_slo.DEFAULT_BUCKETS[kind.id])
+    listed = ", ".join(num(b) for b in catalog_slo.DEFAULT_BUCKETS[kind.id])
     return (f"{{{{- if and {ref}.enabled (not {ref}.custom_buckets) "
             f"(not (has (toString {ref}.threshold_seconds) (list {bounds}))) }}}}\n"
             f"{{{{- fail (printf \"rules.slo.objectives.{kind.id}.threshold_seconds: %v is not a bucket bound of "
-            f"SGLang's {kind.title} histogram (bounds: {', '.join(num(b) for b in catalog_slo.DEFAULT_BUCKETS[kind.id])}"
+            f"SGLang's {kind.title} histogram (bounds: {listed}"
             f"); pick one, or set custom_buckets: true if your server sets its own buckets with this bound\" "
             f"{ref}.threshold_seconds) }}}}\n{{{{- end }}}}\n")
 

@@ -198,8 +198,9 @@ def objective_tests(settings: RuleSettings, kind: ObjectiveKind, spec: dict, pag
     last = 1 if kind.id == "availability" else 3
     recent[-last:] = [1.0 if kind.id == "availability" else min(1.0, 30 * budget)] * last
     k_eval = len(recent) - 1
-    burns = [_burn(kind, recent, k_eval, w, budget) for w in (first.long, first.short)]
-    if burns[1] is not None and burns[1] > first.burn_rate * 1.02 and burns[0] < first.burn_rate * 0.98:
+    long_burn, short_burn = (_burn(kind, recent, k_eval, w, budget) for w in (first.long, first.short))
+    if (long_burn is not None and short_burn is not None and short_burn > first.burn_rate * 1.02
+            and long_burn < first.burn_rate * 0.98):
         assert not _pair_fires(kind, recent, k_eval, catalog_slo.PAGE_WINDOWS, budget)
         case(f"errors in the last minutes burn the {first.short} window, not the {first.long} one: no page",
              recent, [alert_case(page.name, k_eval * STEP, [])])

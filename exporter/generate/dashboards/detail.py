@@ -215,5 +215,5 @@ def latency_panels(limits: Limits) -> list[Panel]:
 def detail(limits: Limits) -> DashboardSpec:
     return DashboardSpec(UID, TITLE, DESCRIPTION,
                          [*batch_panels(limits), *kv_cache_panels(limits), *memory_panels(limits),
-                          *latency_panels(limits), *objective_panels(), *native_panels(limits), *per_rank_panels(limits),
-                          *exporter_health_panels(limits)])
+                          *latency_panels(limits), *objective_panels(), *native_panels(limits),
+                          *per_rank_panels(limits), *exporter_health_panels(limits)])
