@@ -213,3 +213,31 @@ def test_examples_are_valid_objectives(tmp_path):
     text = "slo:\n" + "".join(f"  {k}: {yaml.safe_dump(v, default_flow_style=True).strip()}\n"
                               for k, v in example_objectives().items())
     assert set(_config(tmp_path, text).slo) == {k.id for k in catalog_slo.KINDS}
+
+
+def test_rules_lint(tmp_path):
+    """The house rules of tests/test_alerts.py, on the objectives' rules: names, severities, annotations,
+    rate() over counters only and before any aggregation, groups of at most 20 rules."""
+    import promql_parser as pp
+    from test_alerts import ALERT_NAME, RECORD_NAME, SEVERITIES, calls
+    doc = yaml.safe_load(render(_config(tmp_path, ALL))[f"alerts/{SLO_RULES}"])
+    counters = {f"{catalog_slo.TTFT}_bucket", f"{catalog_slo.TTFT}_count", f"{catalog_slo.ITL}_bucket",
+                f"{catalog_slo.ITL}_count", f"{catalog_slo.ITL_BEFORE_0_4_4}_bucket",
+                f"{catalog_slo.ITL_BEFORE_0_4_4}_count", catalog_slo.HTTP_RESPONSES}
+    for group in doc["groups"]:
+        assert len(group["rules"]) <= 20 and len(group["name"]) <= 40
+        for rule in group["rules"]:
+            for c in calls(rule["expr"]):
+                if c.func.name == "rate":
+                    assert isinstance(c.args[0], pp.MatrixSelector)
+                    assert c.args[0].vector_selector.name in counters
+            if "record" in rule:
+                assert RECORD_NAME.match(rule["record"]), rule["record"]
+                continue
+            assert ALERT_NAME.match(rule["alert"]) and len(rule["alert"]) <= 40
+            assert rule["labels"]["severity"] in SEVERITIES and rule["labels"]["slo"]
+            assert (rule["labels"]["severity"] == "critical") == rule["alert"].endswith("FastBurn")
+            ann = rule["annotations"]
+            assert ann["summary"].endswith(".") and "{{" not in ann["summary"]
+            assert "{{ $value" in ann["description"]
+            assert (ROOT / "docs" / "runbooks" / f"{rule['alert']}.md").is_file()
