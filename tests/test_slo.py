@@ -241,3 +241,9 @@ def test_rules_lint(tmp_path):
             assert ann["summary"].endswith(".") and "{{" not in ann["summary"]
             assert "{{ $value" in ann["description"]
             assert (ROOT / "docs" / "runbooks" / f"{rule['alert']}.md").is_file()
+
+
+def test_bucket_bounds_match_the_simulated_sglang():
+    """The simulator writes SGLang's default buckets; the objectives validate against the same bounds."""
+    from exporter.simulate import ITL_BUCKETS, TTFT_BUCKETS
+    assert catalog_slo.DEFAULT_BUCKETS == {"ttft": TTFT_BUCKETS, "inter_token_latency": ITL_BUCKETS}
