@@ -366,11 +366,16 @@ def render(config: Config) -> dict[str, str]:
             text = _signal_page(a, settings, native=(a.kind == "native"))
         pages[f"docs/runbooks/{a.name}.md"] = text
         index.append(f"| [{a.name}]({a.name}.md) | {a.severity} | {a.kind} | {a.summary} |")
+    from exporter.generate import runbooks_slo
+    slo_pages, slo_rows = runbooks_slo.render_pages(settings, GENERATED)
+    pages.update(slo_pages)
+    index += slo_rows
     pages["docs/runbooks/README.md"] = "\n".join([
         "# Runbooks", "", GENERATED, "",
         "One page per alert in `alerts/*.rules.yml`, each with Meaning / Impact / Diagnosis / Mitigation. "
         "The alerts' `runbook_url` annotations point here.", "",
         "| alert | severity | kind | summary |", "|---|---|---|---|", *index, "",
         "Kinds: `signal` — judged by the sidecar from SGLang's logs and metrics; `native` — computed in PromQL "
-        "from SGLang's own `/metrics`; `meta` — the monitoring itself.", ""])
+        "from SGLang's own `/metrics`; `meta` — the monitoring itself; `slo` — the error-budget burn of an "
+        "objective you set (`slo:`, docs/configuration.md).", ""])
     return pages
