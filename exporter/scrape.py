@@ -162,18 +162,18 @@ def _read_family(res: ScrapeResult, fam, short: str, ours: str, kind: str, rank:
             res.present.add(ours)
     else:
         series: dict | None = {}
-        label, wanted = SERIES_FILTERS.get(ours, (None, None))
+        wanted = SERIES_FILTERS.get(ours)
         for s in fam.samples:
             if s.name.endswith("_created") or s.labels.get("priority"):
                 continue
-            if label is not None and wanted is not None and not wanted(s.labels.get(label, "")):
+            if wanted is not None and not wanted(s.labels):
                 continue
             if not _believable(res, ours, s.value):
                 series = None
             elif series is not None:
                 key = tuple(sorted(s.labels.items()))
                 series[key] = series.get(key, 0.0) + s.value
-        if series is not None and (label is None or series):
+        if series is not None and (wanted is None or series):
             counters[f"{ours}:{rank}"] = series
 
 
