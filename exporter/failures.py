@@ -29,6 +29,8 @@ CRASH_KINDS = frozenset(("scheduler_exception", "traceback", "sigquit", "subproc
 # count as a crash only once confirmed: no batch line for `resume_seconds` after them, or a line that proves
 # a death (the other CRASH_KINDS), or a new start-up.
 WEAK_KINDS = frozenset(("traceback", "health_check_failed"))
+# causes no request path of SGLang's handles: a bare traceback ending in one is a death by itself
+_FATAL_CLASSES = frozenset(("cuda_oom", "nccl"))
 # The counts every report lists (kind -> its name there).
 TALLIED = ("retractions", "ooms", "exceptions", "watchdog_timeouts", "restarts")
 
@@ -168,7 +170,7 @@ class FailureTracker:
         cause, cls = _cause_of(kind, f)
         self.crash_events += 1
         self.crash_last_t = now
-        if kind not in WEAK_KINDS:
+        if kind not in WEAK_KINDS or cls in _FATAL_CLASSES:
             self.confirmed = True
         if kind in ("scheduler_exception", "traceback", "init_failed"):
             self.count("exceptions", now)

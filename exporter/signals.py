@@ -310,7 +310,8 @@ def _crashed(state, p, sources, now, window):
                             _clock(c.t), c.cause_class, c.cause)
     if not fl.confirmed:
         batch_after = state.last_batch_t is not None and state.last_batch_t > c.t
-        if batch_after or now - c.t < resume:
+        # (a log without timestamps cannot wait: a failure line with no batch line after it counts)
+        if batch_after or (now - c.t < resume and state.clock_known):
             return False, 0.0, ("a failure line at {} without proof of a death yet (batch lines after it: {}): "
                                 "{}", _clock(c.t), "yes" if batch_after else "none", c.cause)
     return (fl.crash_events >= p["min_events"], float(fl.crash_events),

@@ -18,16 +18,17 @@ from exporter import flags
 from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
 from exporter.failures import CRASH_KINDS, STAGE_KINDS, FailureTracker
 from exporter.ingest.events import Event
-from exporter.state.ranks import MAX_RANKS, RankValues, fields_shape, per_scheduler, rank_label
 from exporter.state.errors import RequestOutcomes
+from exporter.state.ranks import MAX_RANKS, RankValues, fields_shape, per_scheduler, rank_label
 from exporter.state.rows import BatchRows
 from exporter.state.scraped import ScrapeFeed
 from exporter.state.startup import _MEMORY_READINGS, MAX_RESTART_EVIDENCE, StartupFacts
 from exporter.state.tuning import LogTuning
 from exporter.state.windows import Histogram, HitWindow, TimeWindow
 
+# the event kinds apply_event reads beyond batch lines
 _STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
-                          "server_ready", "http_access", "request_error")) | CRASH_KINDS | STAGE_KINDS   # the other event kinds apply_event reads
+                          "server_ready", "http_access", "request_error")) | CRASH_KINDS | STAGE_KINDS
 FRACTION_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped")
 
 
