@@ -71,7 +71,7 @@ def test_a_request_error_while_serving_never_pages_a_crash(tmp_path):
 
 def test_the_same_traceback_without_its_request_line_is_a_crash_once_batches_stop(tmp_path):
     """A bare traceback (the launcher's) with no batch line after it: a death, after resume_seconds."""
-    lines = [decode(s) for s in range(0, 60, 5)] + request_error(61)[1:5] + [f"[{at(200)}] GC end: idle"]
+    lines = [decode(s) for s in range(0, 60, 5)] + request_error(61)[1:5] + [f"[{at(200)}] {GC}"]
     sig = report(tmp_path, lines)
     assert sig["server_crashed"]["fired"]
     # the traceback has no time of its own (the last line's, 55 s): confirmed resume_seconds later
@@ -125,7 +125,7 @@ def test_disconnects_after_the_last_batch_line_drain_its_queue(tmp_path):
     lines = [decode(s, queue=1890, running=256) for s in range(0, 600, 2)]
     lines += [f"[{at(601)}] [http_server] Error: Request is disconnected from the client side (type 1). Abort "
               f"request obj.rid='r{i}'" for i in range(64)]
-    lines += [f'INFO:     10.0.0.1:1 - "GET /health HTTP/1.1" 200 OK' for _ in range(3)]
+    lines += ['INFO:     10.0.0.1:1 - "GET /health HTTP/1.1" 200 OK' for _ in range(3)]
     lines += [f"[{at(s)}] {GC}" for s in range(700, 8 * 3600, 600)]
     sig = report(tmp_path, lines)
     assert not sig["stalled"]["fired"], sig["stalled"]
@@ -162,7 +162,7 @@ def test_error_rate_from_the_access_log_with_the_cause_line(tmp_path):
         lines += _access([200, 200, 200])
         if s % 30 == 0:
             lines += request_error(s + 1)          # one in ten fails with a 500
-        lines += [f'INFO:     10.0.0.1:1 - "GET /health HTTP/1.1" 200 OK'] * 5     # not counted
+        lines += ['INFO:     10.0.0.1:1 - "GET /health HTTP/1.1" 200 OK'] * 5     # not counted
     sig = report(tmp_path, lines, profile="online")
     assert sig["error_rate"]["fired"] and not sig["errors_nearly_all"]["fired"]
     assert 0.08 < sig["error_rate"]["worst"] < 0.15       # one in ten, over a sliding window
