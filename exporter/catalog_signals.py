@@ -276,16 +276,17 @@ CORE_SIGNALS: tuple[Signal, ...] = (
                 "counts (an offline job whose client was killed leaves an idle server, not a stalled one); with "
                 "/metrics scraped, SGLang's own queue gauge counts instead of the last batch line's.",
         impact="Requests hang; /health may still answer. Pages. How fast: with requests waiting at the last "
-               "batch line, `stall_seconds` (60 s) plus the alert's `for:` (1 min) plus one scrape and "
-               "evaluation, about 2 min. When the last batch line said `#queue-req: 0`, nothing in the log says "
-               "work is pending, even while the access log shows new requests (uvicorn logs a streaming request "
-               "when its headers go out, before any token): the page then waits for SGLang's own watchdog "
-               "(`--watchdog-timeout`, 300 s by default), whose timeout fires this signal at once and, as it "
-               "kills the server, `SGLangServerCrashed` (`for: 0m`): about 5.1 min (300 s plus the evaluation "
-               "and scrape intervals). A lower `--watchdog-timeout` pages sooner; with /metrics scraped the "
-               "queue gauge shows the waiting requests and the 2 min path applies.",
+               "batch line, `stall_seconds` (60 s) plus the alert's `for:` (1 min) plus a scrape and an "
+               "evaluation: about 2 min. When the last batch line said `#queue-req: 0`, nothing the log or "
+               "/metrics shows says work is pending, even while the access log shows new requests (uvicorn logs "
+               "a streaming request when its headers go out, before any token; a hung scheduler updates no "
+               "gauge): the page waits for SGLang's own watchdog (`--watchdog-timeout`, 300 s by default). Its "
+               "timeout line fires this signal (paging after `for:`, about 6 min) and SGLang then kills itself "
+               "(`SIGQUIT received`), which pages `SGLangServerCrashed` (`for: 0m`) first: about 5.1 min after "
+               "the hang (300 s plus the evaluation and scrape intervals). A lower `--watchdog-timeout` pages "
+               "sooner.",
         severity="critical",
-        inputs=("decode_batch", "prefill_batch", "watchdog_timeout", "sglang:num_running_reqs",
+        inputs=("decode_batch", "prefill_batch", "watchdog_timeout", "request_error", "sglang:num_running_reqs",
                 "sglang:num_queue_reqs", "sglang:gen_throughput"),
         formula="seconds since the last progress > `stall_seconds` while requests wait (logs: the waiting "
                 "queue of the last batch line > 0, since a decode line prints only every 40 steps and its "
