@@ -7,7 +7,7 @@ from exporter.generate.dashboards.model import Limits, Panel, Target, num, row
 from exporter.generate.dashboards.queries import (
     PER_NATIVE_RANK,
     PER_SERVER,
-    SGLANG_SELECTOR,
+    EXPORTER_SELECTOR,
     absent_value_text,
     latency_targets,
     native,
@@ -126,15 +126,16 @@ def _errors(limits: Limits) -> Panel:
     post, server_error = 'method="POST"', 'status_code=~"5.."'
 
     def rate(name: str, *matchers: str) -> str:
-        inner = ", ".join((SGLANG_SELECTOR, *matchers))
+        # http_responses_total has no model_name label: the model variable cannot select it
+        inner = ", ".join((EXPORTER_SELECTOR, *matchers))
         return f"sum by ({PER_SERVER}) (rate({name}{{{inner}}}[$__rate_interval]))"
     return Panel(
         "Failed requests", "timeseries", "percentunit", min=0, max=1,
         shows=f"Share of inference (POST) responses that were server errors ({responses}, 5xx; SGLang 0.5.23+) and "
               f"share of requests aborted ({aborted} over {finished}; 0.4.7+), with the error_rate objective "
               f"({num(objective)}: a ticket) and the errors_nearly_all line ({num(outage)}: a page). Health "
-              f"checks are GETs and not counted; {responses} has no model_name label, so its line shows with "
-              "every model selected.",
+              f"checks are GETs and not counted; {responses} has no model_name label, so its line ignores the "
+              "model selection.",
         good=f"below {num(objective)}; aborts that follow clients going away are normal.",
         bad="5xx above the objective: read SGLang's log for `Error in request:` lines (the cause); near 1: an "
             "outage while the process is up.",
