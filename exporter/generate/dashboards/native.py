@@ -5,9 +5,9 @@ from __future__ import annotations
 from exporter.catalog_native import PD_QUEUES
 from exporter.generate.dashboards.model import Limits, Panel, Target, num, row
 from exporter.generate.dashboards.queries import (
+    EXPORTER_SELECTOR,
     PER_NATIVE_RANK,
     PER_SERVER,
-    EXPORTER_SELECTOR,
     absent_value_text,
     latency_targets,
     native,
