@@ -2,6 +2,13 @@
 start-up stage it hit, whether the current start-up became ready, and a tally (count, first, last) of the
 events a person reading a failing log looks for first.
 
+A crash is a process or scheduler loop that died, shown by evidence: a "<X> hit an exception" traceback, a
+sigquit, a child's exit, an NCCL watchdog kill, failed initialisation; a bare traceback or a failed health check
+only when no batch line follows it (WEAK_KINDS), or a new start-up does. A request SGLang answered with an error
+and kept serving is not one (the grammar's `request_error`, counted by state/errors.py). A crash is over at the
+next ready line or when batch lines go on after its last failure line; a failure of a later start-up is a new
+crash with its own cause, so each incident is its own alert.
+
 ServerState owns one FailureTracker and hands it the events it needs; the failure signals (signals.py) read it.
 Like the state, it never reads a clock.
 """
