@@ -51,6 +51,8 @@ def report(tmp_path, lines: list[str], **cfg) -> dict:
     ("Error in preprocessing prompt inputs", False),
     ("Exception: Connection closed", False),                                                     # 0.4.x adapter
     ("Error in request: Scheduler hit an exception: Traceback", False),   # quoted text decides nothing
+    ("Error in pythonic tool call parsing.", False),       # logger.exception: a traceback follows
+    ("Error in detect_and_parse: Expecting value: line 1 column 2 (char 1)", False),
 ])
 def test_handled_request_errors_are_request_error_events(line, disconnected):
     p = Parser()
