@@ -234,3 +234,17 @@ def test_an_oom_after_a_restart_is_a_new_page(tmp_path):
     sig = report(tmp_path, lines)
     assert len(sig["oom_decode"]["intervals"]) == 2, sig["oom_decode"]["intervals"]
     assert sig["oom_decode"]["intervals"][0]["end"] <= at(205).replace(" ", "T")     # one evaluation later
+
+
+def test_access_lines_read_as_rows_feed_the_error_rate(tmp_path):
+    """Dated access lines become Rows of a learned layout on analyze's block path (counted, not Events): a
+    POST's status must still count, a GET (health check) must not."""
+    lines = []
+    for s in range(0, 1200, 2):
+        lines.append(decode(s))
+        status = 500 if s % 10 == 0 else 200
+        lines.append(f'[{at(s)}] INFO:     127.0.0.1:4000{s % 10} - "POST /generate HTTP/1.1" {status} OK')
+        lines.append(f'[{at(s)}] INFO:     127.0.0.1:4000{s % 10} - "GET /health HTTP/1.1" 500 OK')
+    sig = report(tmp_path, lines, profile="online")
+    assert sig["error_rate"]["fired"]
+    assert sig["error_rate"]["detail"].startswith("60 of 301 requests failed (5xx responses of the access log)")
