@@ -10,8 +10,8 @@ def _error_share(paging: bool):
             return None, None, "no live source"
         out = state.outcomes
         counted = out.share(now, window)
-        errors = out.request_errors.count_since(now - window)
-        gone = out.disconnects.count_since(now - window)
+        errors = int(out.request_errors.weight_since(now - window))
+        gone = int(out.disconnects.weight_since(now - window))
         if counted is None:
             return None, None, ("no response counts: SGLang's /metrics has them from 0.4.7 "
                                 "(num_aborted_requests_total) and 0.5.23 (http_responses_total), the log in "

@@ -147,16 +147,18 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         except KeyError:
             self.events_total[kind] = 1
         if kind not in _STATE_KINDS:
-            return                    # access lines, request logs, ...: counted only
+            return                    # request logs, ...: counted only
+        if kind == "http_access":     # a POST's status feeds the error rate; health checks and scrapes are GETs
+            if f.get("method") == "POST":
+                self.outcomes.access("POST", f.get("status", 0), now)
+            return
         if ev.ts is not None:
             last = self._source_t.get(ev.source)
             if last is None or ev.ts > last:
                 if last is None and len(self._source_t) >= MAX_RANKS:
                     self._source_t.clear()
                 self._source_t[ev.source] = ev.ts
-        if kind == "http_access":
-            self.outcomes.access(f.get("method", ""), f.get("status", 0), now)
-        elif kind == "request_error":
+        if kind == "request_error":
             self.outcomes.request_error(f, now)
         elif kind == "retraction":
             if f.get("testing"):
