@@ -143,7 +143,7 @@ def _errors(limits: Limits) -> Panel:
                         "{{instance}} 5xx share"),
                  Target(f"{rate_per_server(aborted)}\n/\n{rate_per_server(finished)}", "{{instance}} aborted share")],
         steps=[(None, "transparent"), (objective, "orange"), (outage, "red")], style="dashed",
-        no_value=absent_value_text("responses", "aborted_requests"))
+        no_value=absent_value_text("responses", "aborted_requests", "requests"))
 
 
 def native_panels(limits: Limits) -> list[Panel]:
