@@ -210,7 +210,7 @@ CORE_SIGNALS: tuple[Signal, ...] = (
         impact="Requests fail or the server crashes and restarts. Pages.",
         severity="critical",
         inputs=("oom",),
-        formula="OOM events with phase prefill in the window, since the last ready line, >= `min_events`",
+        formula="OOM events with phase prefill in the window >= `min_events`",
         value_unit="count",
         window_seconds=900,
         defaults={"min_events": 1},
@@ -231,8 +231,7 @@ CORE_SIGNALS: tuple[Signal, ...] = (
         impact="Requests fail or the server crashes and restarts. Pages.",
         severity="critical",
         inputs=("oom",),
-        formula="OOM events with phase decode (or unknown phase) in the window, since the last ready line, >= "
-                "`min_events`",
+        formula="OOM events with phase decode (or unknown phase) in the window >= `min_events`",
         value_unit="count",
         window_seconds=900,
         defaults={"min_events": 1},

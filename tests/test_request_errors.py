@@ -224,20 +224,6 @@ def test_error_rate_from_sglang_0_5_23_http_responses():
     assert quiet.evaluate(t0 + 330).judgements["error_rate"].firing is False
 
 
-def test_an_oom_after_a_restart_is_a_new_page(tmp_path):
-    """The decode OOM page ends when the restarted server is ready: a second OOM ten minutes later (inside the
-    15 min window of the first) is its own incident."""
-    def oom(sec):
-        return [f"[{at(sec)} TP0] Decode out of memory. Try to lower your batch size.", "Try to allocate 64 tokens.",
-                "Available tokens: 12 (available_size=12 + evictable_size=0)"]
-    lines = [decode(s) for s in range(0, 100, 5)] + oom(100) + [f"[{at(200)}] The server is fired up and ready "
-                                                                 "to roll!"]
-    lines += [decode(s) for s in range(210, 700, 5)] + oom(700) + [decode(s) for s in range(710, 900, 5)]
-    sig = report(tmp_path, lines)
-    assert len(sig["oom_decode"]["intervals"]) == 2, sig["oom_decode"]["intervals"]
-    assert sig["oom_decode"]["intervals"][0]["end"] <= at(205).replace(" ", "T")     # one evaluation later
-
-
 def test_access_lines_read_as_rows_feed_the_error_rate(tmp_path):
     """Dated access lines become Rows of a learned layout on analyze's block path (counted, not Events): a
     POST's status must still count, a GET (health check) must not."""

@@ -208,10 +208,6 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
             self._startup_line(kind, ev, now, "a second ready line" if self._ready else None)
             self._ready = True
             self.failures.server_ready()
-            # a restart that became ready ends the OOM pages (the server recovered): an OOM after it is a new
-            # incident, a new notification, not one more inside the window of the old
-            for w in self.ooms.values():
-                w.items.clear()
         elif kind in CRASH_KINDS:
             self._crashed = True
             self.failures.failure(kind, f, now, ev.line, self.last_batch_t, self._resume_seconds)
