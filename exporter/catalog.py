@@ -15,6 +15,7 @@ everything downstream follows (after `sglang-exporter generate`). Its parts, one
 """
 from __future__ import annotations
 
+from exporter.catalog_errors import ERROR_SIGNALS
 from exporter.catalog_failures import FAILURE_SIGNALS
 from exporter.catalog_meta import META_ALERTS  # noqa: F401 - re-exported
 from exporter.catalog_metrics import (  # noqa: F401 - re-exported
@@ -51,7 +52,7 @@ from exporter.catalog_ranges import (  # noqa: F401 - re-exported
 from exporter.catalog_signals import CORE_SIGNALS
 from exporter.catalog_tuning import TUNING_SIGNALS
 
-SIGNALS: tuple[Signal, ...] = CORE_SIGNALS + TUNING_SIGNALS + FAILURE_SIGNALS
+SIGNALS: tuple[Signal, ...] = CORE_SIGNALS + TUNING_SIGNALS + ERROR_SIGNALS + FAILURE_SIGNALS
 SIGNALS_BY_ID = {s.id: s for s in SIGNALS}
 FAILURE_IDS = tuple(s.id for s in SIGNALS if s.failure)
 

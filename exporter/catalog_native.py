@@ -105,6 +105,11 @@ NATIVE_VALUES: tuple[NativeValue, ...] = (
     # sglang:cuda_graph_passes_total{mode=decode_cuda_graph|decode_none|prefill_...} (0.5.7+), split by mode
     NativeValue("decode_graph_passes", "counter", ("cuda_graph_passes",), "decode forward passes run as a CUDA graph"),
     NativeValue("decode_eager_passes", "counter", ("cuda_graph_passes",), "decode forward passes run without one"),
+    # sglang:http_responses_total{endpoint,method,status_code} (0.5.23+), inference (POST) responses only
+    NativeValue("responses", "counter", ("http_responses",), "HTTP responses to inference (POST) requests"),
+    NativeValue("responses_5xx", "counter", ("http_responses",), "of them, the 5xx (server error) responses"),
+    NativeValue("aborted_requests", "counter", ("num_aborted_requests",), "requests aborted (client gone, "
+                "aborted by the server or an abort call)"),
     NativeValue("transfer_failed", "counter", ("num_transfer_failed_reqs", "num_bootstrap_failed_reqs"),
                 "PD: KV transfers or bootstraps that failed"),
     # histograms (buckets summed over series)
@@ -147,6 +152,8 @@ SIGNAL_METRICS: dict[str, tuple | None] = {
     "pd_backlog": (("prefill_bootstrap_queue", "prefill_prealloc_queue", "prefill_inflight_queue",
                     "decode_prealloc_queue", "decode_transfer_queue"),),
     "long_prompts_dominate": None,   # a batch's #new-token and chunked_prefill_size are in the log only
+    "error_rate": (("responses", "aborted_requests"),),
+    "errors_nearly_all": (("responses", "aborted_requests"),),
 }
 PD_QUEUES: tuple = SIGNAL_METRICS["pd_backlog"][0]  # type: ignore[index]  # (written just above)
 # Signals no log line can feed: with logs as the only source they are unknown and unsupported. (Latency and
@@ -193,10 +200,16 @@ def native_family(short: str) -> NativeFamily:
     raise KeyError(f"{short}: not an SGLang family the catalog reads (exporter/catalog_native.py)")
 
 
-# Values fed by only some series of a family: value -> (label, test of its value)
+# Values fed by only some series of a family: value -> test of a series' labels
 SERIES_FILTERS = {
-    "decode_graph_passes": ("mode", lambda m: m.startswith("decode") and "cuda_graph" in m),
-    "decode_eager_passes": ("mode", lambda m: m.startswith("decode") and "cuda_graph" not in m),
+    "decode_graph_passes": lambda labels: labels.get("mode", "").startswith("decode") and
+    "cuda_graph" in labels.get("mode", ""),
+    "decode_eager_passes": lambda labels: labels.get("mode", "").startswith("decode") and
+    "cuda_graph" not in labels.get("mode", ""),
+    # health checks and /metrics are GETs: a share of them would hide failing inference requests
+    "responses": lambda labels: labels.get("method", "POST") == "POST",
+    "responses_5xx": lambda labels: labels.get("method", "POST") == "POST" and
+    labels.get("status_code", "").startswith("5"),
 }
 
 

@@ -259,11 +259,11 @@ def _read_family(fold: _Fold, fam, short: str, ours: str, kind: str, rank: int) 
                 res.histograms.pop(short)
     else:
         series: dict | None = {}
-        label, wanted = SERIES_FILTERS.get(ours, (None, None))
+        wanted = SERIES_FILTERS.get(ours)
         for s in fam.samples:
             if s.name.endswith("_created") or s.labels.get("priority"):
                 continue
-            if label is not None and wanted is not None and not wanted(s.labels.get(label, "")):
+            if wanted is not None and not wanted(s.labels):
                 continue
             if not _believable(res, ours, s.value):
                 series = None
@@ -273,7 +273,7 @@ def _read_family(fold: _Fold, fam, short: str, ours: str, kind: str, rank: int) 
         key = f"{ours}:{rank}"
         if series is None:
             fold.counters[key] = None
-        elif series or (label is None and key not in fold.counters):
+        elif series or (wanted is None and key not in fold.counters):
             kept = fold.counters.setdefault(key, {})
             if kept is not None:
                 for k, v in series.items():

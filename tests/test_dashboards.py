@@ -59,6 +59,14 @@ def walk(expr):
     return nodes
 
 
+def _has_model_label(name: str) -> bool:
+    """Whether the newest release's family carries model_name (its collector's base labels, or a list naming it)."""
+    for family in releases.metric_families().values():
+        if "sglang:" + family.short == name:
+            return not family.labels or any("model_name" in label or "labels" in label for label in family.labels)
+    return True
+
+
 def base_name(name: str) -> str:
     if name.startswith("sglang:"):
         for suffix in HIST_SUFFIXES:
@@ -219,7 +227,10 @@ def test_query(panel, target):
         assert label_matchers.get("instance") == (pp.MatchOp.Re, "__HOST__(:[0-9]+)?"), f"{name}: instance variable"
         if name.startswith("sglang:"):
             assert base_name(name) in SGLANG_METRICS, f"unknown SGLang metric {name}"
-            assert label_matchers.get("model_name") == (pp.MatchOp.Re, "__MODEL__"), f"{name}: model variable"
+            if _has_model_label(base_name(name)):
+                assert label_matchers.get("model_name") == (pp.MatchOp.Re, "__MODEL__"), f"{name}: model variable"
+            else:       # (http_responses_total: endpoint, method, status_code only) a filter would match nothing
+                assert "model_name" not in label_matchers, f"{name} has no model_name label"
         elif name not in SLO_RECORDS:       # the objectives' records (their budget panel averages over 30 d)
             assert name in catalog.METRICS_BY_NAME, f"{name} is not exported by sglang-exporter"
             if name == f"{catalog.NS}_sglang_info":

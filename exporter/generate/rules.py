@@ -125,6 +125,9 @@ RETRACTED = native_metric_names("retracted_requests")[0]
 TTFT, = native_metric_names("ttft")
 ITL, ITL_BEFORE_0_4_4 = native_metric_names("itl")
 E2E, = native_metric_names("e2e")
+RESPONSES, = native_metric_names("responses")
+ABORTED, = native_metric_names("aborted_requests")
+REQUESTS, = native_metric_names("requests")
 LATENCY_HISTOGRAMS = (TTFT, ITL, E2E)
 
 
@@ -302,7 +305,37 @@ def native_alerts(settings: RuleSettings) -> list[Alert]:
                 "{{ $labels.instance }}: p99 " + what + " over " + w +
                 " is {{ $value | printf \"%.3f\" }}s (objective: " + num(t[key]) +
                 "s). Advice: lower --max-running-requests or the request rate.")
+    join = by(settings.join_labels)
+    for sid, name, op in (("error_rate", "SGLangNativeErrorRate", ">"),
+                          ("errors_nearly_all", "SGLangNativeErrorsNearlyAll", ">=")):
+        t = settings.thresholds_in_force(sid)
+        if not t:
+            continue
+        w = window_of(sid)
+        ratio = num(t["max_ratio" if op == ">" else "min_ratio"])
+        post = sel(sglang, 'method="POST"')
+        failed = sel(sglang, 'method="POST"', 'status_code=~"5.."')
+
+        least = num(t["min_requests"])
+        add(name, sid,
+            "# SGLang 0.5.23+: the 5xx share of inference (POST) responses; health checks are GETs\n"
+            + _share(group, w, op, ratio, least, f"{RESPONSES}{failed}", f"{RESPONSES}{post}")
+            + "# 0.4.7-0.5.22: aborted over finished requests (where the response counter is missing)\n"
+            + "or\n(\n" + _share(group, w, op, ratio, least, f"{ABORTED}{sel(sglang)}", f"{REQUESTS}{sel(sglang)}")
+            # (http_responses_total carries no model_name: the pod's identity alone says which release it is)
+            + f") unless on ({join}) count by ({join}) ({RESPONSES}{sel(sglang)})\n",
+            summary_of(sid),
+            "{{ $labels.instance }}: {{ $value | humanizePercentage }} of requests failed over " + w +
+            f" (objective: {'under ' + ratio if op == '>' else 'paging at ' + ratio}). The cause is in SGLang's "
+            "log: `Error in request: ...`.")
     return out
+
+
+def _share(group: str, w: str, op: str, ratio: str, least: str, failed: str, answered: str) -> str:
+    """failed / answered over `w` compared with `ratio`, when at least `least` were answered."""
+    return (f"(\n  sum by ({group}) (increase({failed}[{w}]))\n  /\n"
+            f"  sum by ({group}) (increase({answered}[{w}]))\n) {op} {ratio}\n"
+            f"and\n sum by ({group}) (increase({answered}[{w}])) >= {least}\n")
 
 
 def exporter_recording_rules(settings: RuleSettings) -> list[dict]:

@@ -6,6 +6,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from exporter.catalog_native import family_values
+from exporter.state.errors import RequestOutcomes
 from exporter.state.parts import StatePart
 from exporter.state.ranks import MAX_RANKS, RankValues, rank_label
 from exporter.state.windows import MAX_WINDOW_SAMPLES, Histogram, TimeWindow
@@ -33,6 +34,7 @@ class ScrapeFeed(StatePart):
     retractions: TimeWindow
     retractions_total: int
     retracted_requests_total: int
+    outcomes: RequestOutcomes
 
     if TYPE_CHECKING:
         def _new_rank(self, key: tuple) -> RankValues: ...
@@ -95,6 +97,8 @@ class ScrapeFeed(StatePart):
             self.last_progress_t = now
         if not self.log_fed:
             self._scrape_retractions(scrape, now)
+        self.outcomes.scrape(now, self._increase("responses", scrape), self._increase("responses_5xx", scrape),
+                             self._increase("aborted_requests", scrape), self._increase("requests", scrape))
         for name, buckets in scrape.histograms.items():
             h = self.histograms.setdefault(name, Histogram())
             h.snapshots.append((now, buckets))
