@@ -173,7 +173,7 @@ def test_chart_objective_override_reaches_the_rule():
     assert by_name["slo:sglang_objective:ratio"]["expr"] == "vector(0.95)"
     page = by_name["SGLangSLOTTFTFastBurn"]
     assert "/ (1 - 0.95) > 14.4" in page["expr"]
-    assert "{{ $labels.instance }}" in page["annotations"]["description"]
+    assert "{{ with $labels.pod }}" in page["annotations"]["description"]   # the server named by its identity
     assert "target 0.95: a request gets its first token within 1 s" in page["annotations"]["description"]
 
 
