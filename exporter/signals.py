@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from exporter.catalog import SIGNALS
 from exporter.catalog_native import METRICS_ONLY, missing_metrics
 from exporter.failures import STAGE_TEXT
+from exporter.signals_serving import SERVING_JUDGES
 from exporter.signals_tuning import STARTUP_NOT_SEEN, TUNING_JUDGES
 from exporter.state import ServerState
 
@@ -352,5 +353,6 @@ _JUDGES = {
     "startup_oom": _startup_oom,
     "startup_stalled": _startup_stalled,
     **TUNING_JUDGES,
+    **SERVING_JUDGES,
 }
 assert set(_JUDGES) == {s.id for s in SIGNALS}, "every catalog signal needs a judge"

@@ -39,6 +39,10 @@ class ScrapeFeed(StatePart):
 
         def classify(self, now: float, queue, running, usage, cuda_graph) -> None: ...
 
+        def serving_scrape(self, scrape, now: float) -> None: ...
+
+        def forget_serving(self) -> None: ...
+
     def apply_scrape(self, scrape, now: float) -> None:
         """Fold one successful scrape of SGLang's /metrics (exporter.scrape.ScrapeResult) into state. Its numbers
         were checked at the edge (scrape.py drops what is not finite or out of range); SGLang's counters reach
@@ -95,6 +99,7 @@ class ScrapeFeed(StatePart):
             self.last_progress_t = now
         if not self.log_fed:
             self._scrape_retractions(scrape, now)
+        self.serving_scrape(scrape, now)
         for name, buckets in scrape.histograms.items():
             h = self.histograms.setdefault(name, Histogram())
             h.snapshots.append((now, buckets))
@@ -189,6 +194,7 @@ class ScrapeFeed(StatePart):
         self.native = {}
         self.native_present = frozenset()
         self.scrape_samples.clear()
+        self.forget_serving()
 
 
 def pool_usage(vals: dict):
