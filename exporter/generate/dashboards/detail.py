@@ -19,6 +19,7 @@ from exporter.generate.dashboards.queries import (
     sglang,
     sglang_family,
 )
+from exporter.generate.dashboards.serving import serving_panels
 
 UID = "sglang-detail"
 TITLE = "SGLang / Detail"
@@ -214,5 +215,6 @@ def latency_panels(limits: Limits) -> list[Panel]:
 def detail(limits: Limits) -> DashboardSpec:
     return DashboardSpec(UID, TITLE, DESCRIPTION,
                          [*batch_panels(limits), *kv_cache_panels(limits), *memory_panels(limits),
-                          *latency_panels(limits), *native_panels(limits), *per_rank_panels(limits),
+                          *latency_panels(limits), *native_panels(limits), *serving_panels(limits),
+                          *per_rank_panels(limits),
                           *exporter_health_panels(limits)])
