@@ -171,3 +171,31 @@ SERVING_SIGNALS: tuple[Signal, ...] = (
         guide="",
     ),
 )
+
+# What docs/signal-sources.md says of each serving signal's sources beyond its table row: where an input is
+# missing from a source or a release, and what then feeds it.
+SOURCE_NOTES: dict[str, str] = {
+    "admission_blocked": "No release exports --max-queued-requests on `/metrics` (the flag exists from 0.4.9.post6; "
+                         "0.4.9.post6-0.5.2 default to no cap, later ones to None): the cap comes from the log's "
+                         "`server_args` line, else from `signals.admission_blocked.max_queued_requests` in the "
+                         "configuration (which also renders the native `SGLangNativeAdmissionBlocked` rule with "
+                         "`generate --config`). Without either it is unknown; a server without a cap is never "
+                         "blocked.",
+    "scheduler_idle_waiting": "`sglang:scheduler_idle_seconds_total` (0.5.20+) only; older releases leave it "
+                              "unknown, and `stalled` (batch progress) is then the only witness.",
+    "pd_transfer_failures": "The failure counters appear with their first failure (before it, unknown: nothing to "
+                            "rate). The KV transfer latency in the detail is the `sglang:kv_transfer_latency_ms` "
+                            "histogram of 0.5.10+ (a last-value gauge before, not read).",
+    "hicache_tokens_dropped": "Dropped tokens from 0.5.18; the hit rate per tier from "
+                              "`prefill_effective_tokens_total{mode}` (0.5.18+), else "
+                              "`cached_tokens_total{cache_source}` (0.5.9+, per finished request).",
+    "dp_attention_imbalance": "0.5.22+ only: the imbalance histogram, and `dp_attention_tokens_total{kind}` to name "
+                              "the busiest DP rank.",
+    "startup_regression": "The log feeds every release (server_args line to ready line; load weight begin to end, "
+                          "or its `elapsed` from 0.5.9). `/metrics`: `startup_time_seconds{phase}` (0.5.17+, the "
+                          "largest phase is taken), `engine_startup_time` (0.5.2-0.5.16), and "
+                          "`weight_load_duration_seconds{source}` (0.5.13.post1+), which times weight *updates* "
+                          "(update_weights_from_*), not the start-up's load. No native rule: a restarted pod is a "
+                          "new series, so PromQL has no previous start of the same server to compare with. The "
+                          "history lives in the sidecar's memory (lost when the sidecar restarts).",
+}

@@ -504,7 +504,8 @@ def test_logs_only_signals_with_no_log_line_stay_metrics_only(tmp_path):
     judged = _log_judge(tmp_path, [_decode() for _ in range(4)])
     for sid in METRICS_ONLY:
         assert judged[sid].firing is None and judged[sid].unsupported, judged[sid]
-    assert set(METRICS_ONLY) == {"latency_high", "queue_wait_high", "kv_pressure"}
+    assert set(METRICS_ONLY) == {"latency_high", "queue_wait_high", "kv_pressure", "scheduler_idle_waiting",
+                                 "pd_transfer_failures", "hicache_tokens_dropped", "dp_attention_imbalance"}
 
 
 # --------------------------------------------- every release's /metrics as SGLang's own collector code renders it
