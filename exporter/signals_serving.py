@@ -15,11 +15,9 @@ def _admission(state, p, sources, now, window):
         return None, None, "no live source of batch samples"
     cap, where = state.queued_cap()
     if where == "unbounded":
-        return False, 0.0, "no --max-queued-requests: the queue is unbounded, nothing is rejected at a cap"
+        return False, 0.0, ("no --max-queued-requests in server_args (unset, or a release before 0.4.9): the queue "
+                            "is unbounded, nothing is rejected at a cap")
     if cap is None:
-        if state.server_args:
-            return None, None, ("--max-queued-requests not known: server_args does not print it (SGLang before "
-                                "0.4.9) and admission_blocked.max_queued_requests is not set")
         return None, None, ("--max-queued-requests not known: the server_args line was not seen and "
                             "admission_blocked.max_queued_requests is not set (no release exports the cap on "
                             "/metrics)")

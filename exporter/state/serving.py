@@ -53,6 +53,8 @@ class ServingFeed(StatePart):
                 return float(raw), "server_args"
         if self._configured_cap:
             return float(self._configured_cap), "configuration"
+        if self.server_args:     # every field is printed: a release without the flag (before 0.4.9) has no cap
+            return None, "unbounded"
         return None, "unknown"
 
     def _admission_limits(self) -> None:
