@@ -80,8 +80,8 @@ def _pd_failures(state, p, sources, now, window):
 
 def _kv_transfer_p99(state, now: float, window: float) -> str:
     h = state.histograms.get("kv_transfer_latency_ms")
-    if not h or len(h.snapshots) < 2:
-        return "not exported (histogram from 0.5.10)"
+    if not h or len(h.snapshots) < 2 or not h.snapshots[-1][1]:
+        return "not exported (a histogram from 0.5.10; a last-value gauge before, not read)"
     _, first = next(((t, b) for t, b in h.snapshots if t >= now - window), h.snapshots[0])
     _, last = h.snapshots[-1]
     delta = {le: last[le] - first.get(le, 0.0) for le in last}

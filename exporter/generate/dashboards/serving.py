@@ -38,14 +38,13 @@ def _idle(limits: Limits) -> Panel:
     p = limits.defaults("scheduler_idle_waiting")
     return Panel(
         "Scheduler idle time vs queue", "timeseries", "percentunit", min=0, max=1,
-        shows=f"Share of wall time each server's most idle scheduler had no work ({sglang('idle_seconds')}), "
-              "next to whether requests waited.",
+        shows=f"Share of wall time each server's most idle scheduler had no work ({sglang('idle_seconds')}); "
+              "read it beside the queue panel.",
         good="idle only when the queue is empty.",
         bad=f"idle above {num(p['min_idle'])} while requests wait: the engine does nothing with work queued "
             "(scheduler_idle_waiting); dump its stacks, restart.",
         targets=[Target(f"max by ({PER_SERVER}) (rate({native(sglang('idle_seconds'))}[$__rate_interval]))",
-                        "{{instance}} idle share"),
-                 Target(f"sum by ({PER_SERVER}) ({native(sglang('queue'))}) > bool 0", "{{instance}} queued")],
+                        "{{instance}} idle share")],
         steps=[(None, "transparent"), (p["min_idle"], "red")], style="dashed",
         no_value=absent_value_text("idle_seconds"))
 
