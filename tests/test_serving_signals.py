@@ -208,3 +208,20 @@ def test_a_start_up_slower_than_the_previous_ones_fires_from_the_log(tmp_path):
     assert _log_judge(tmp_path, steady, _ts("2026-03-03 09:11:00"))["startup_regression"].firing is False
     once = _log_judge(tmp_path, _start(1, 120, 40), _ts("2026-03-01 09:11:00"))["startup_regression"]
     assert once.firing is None and "nothing to compare" in once.detail
+
+
+# ------------------------------------------------------------------------------------- the simulator's demo
+def test_the_simulated_busy_looking_idle_server_fires_from_its_metrics():
+    from datetime import datetime, timezone
+
+    from exporter.simulate import Simulator, load_scenario
+    sim = Simulator(load_scenario("scheduler_idle"), start=datetime(2026, 3, 2, 10, 0, tzinfo=timezone.utc))
+    eng = Engine(Config(profile="online"), log_fed=False)
+    eng.set_sources(metrics_up=True)
+    judged = {}
+    for t in range(15, 360, 15):
+        sim.lines_until(t)
+        eng.ingest_scrape(parse_exposition(sim.metrics_text()), T0 + t)
+        judged[t] = eng.evaluate(T0 + t).judgements["scheduler_idle_waiting"].firing
+    assert judged[45] is not True          # serving: busy
+    assert judged[300] is True and judged[345] is True, judged
