@@ -46,9 +46,10 @@ SERVING_SIGNALS: tuple[Signal, ...] = (
         impact="Queued requests never start; the server answers health checks and serves nobody.",
         severity="critical",
         inputs=("sglang:scheduler_idle_seconds_total", "sglang:num_queue_reqs"),
-        formula="share of the window's scrapes in which some scheduler was idle >= `min_idle` of the time since the "
-                "previous scrape while its queue held requests >= `fraction` (at least `min_samples`); a second "
-                "witness, from the scheduler's own clock, for `stalled`",
+        formula="a scheduler idle >= `min_idle` of the time its queue held requests over the window (its idle "
+                "seconds over the scrape intervals that found requests queued), with the queue non-empty in >= "
+                "`fraction` of the scrapes (at least `min_samples`); a second witness, from the scheduler's own "
+                "clock, for `stalled`",
         value_unit="ratio",
         window_seconds=180,
         defaults={"min_idle": 0.9, "fraction": 0.8, "min_samples": 3},
@@ -56,9 +57,9 @@ SERVING_SIGNALS: tuple[Signal, ...] = (
         advice=(),
         alert=AlertSpec("SGLangSchedulerIdleWithQueue", "3m",
                         "SGLang's scheduler is idle while requests wait.",
-                        "{{ $labels.instance }}: the scheduler was idle with requests queued in "
-                        "{{ $value | humanizePercentage }} of samples. See the runbook: dump the scheduler's "
-                        "stacks, then restart.", page=True),
+                        "{{ $labels.instance }}: a scheduler was idle {{ $value | humanizePercentage }} of the "
+                        "time while requests waited. See the runbook: dump the scheduler's stacks, then restart.",
+                        page=True),
         family="stall",
         guide="",
     ),

@@ -42,14 +42,24 @@ def _idle_waiting(state, p, sources, now, window):
     if len(samples) < p["min_samples"]:
         return None, None, ("{} scrapes with the scheduler's idle time in the window, {} needed", len(samples),
                             p["min_samples"])
-    hits = [x["idle"] for x in samples if x["idle"][0] >= p["min_idle"]]
-    share = len(hits) / len(samples)
-    if not hits:
-        return False, 0.0, ("no scheduler idle with requests queued in {} scrapes", len(samples))
-    worst = max(hits)
-    return share >= p["fraction"], share, ("{} of {} scrapes with a scheduler idle while requests wait; {} idle "
-                                           "{:.0%} of the time with {:.0f} queued", len(hits), len(samples),
-                                           worst[1] or "the scheduler", worst[0], worst[2])
+    # per scheduler: its idle share of the time its queue held requests (summed over the window, so a scrape
+    # that lands early or late does not decide), and the share of scrapes that found its queue non-empty
+    worst = None
+    for rank in {r for x in samples for r in x["idle"]}:
+        queued = [(x["idle"][rank], x["dt"]) for x in samples if rank in x["idle"] and x["idle"][rank][1] > 0]
+        if not queued:
+            continue
+        idle = min(1.0, sum(g for (g, _), _ in queued) / sum(dt for _, dt in queued))
+        waiting = len(queued) / len(samples)
+        key = (waiting >= p["fraction"], idle)
+        if worst is None or key > worst[0]:
+            worst = (key, rank, idle, waiting, max(q for (_, q), _ in queued))
+    if worst is None:
+        return False, 0.0, ("no scheduler had requests queued in {} scrapes", len(samples))
+    _, rank, idle, waiting, queue = worst
+    return (idle >= p["min_idle"] and waiting >= p["fraction"], idle,
+            ("{} idle {:.0%} of the time with {:.0f} queued (queue non-empty in {:.0%} of {} scrapes)",
+             rank or "the scheduler", idle, queue, waiting, len(samples)))
 
 
 def _span(samples, window: float) -> float:

@@ -153,23 +153,21 @@ class ServingFeed(StatePart):
                 out[value] = out.get(value, 0.0) + v
         return out
 
-    def _idle_with_queue(self, scrape, dt: float | None) -> tuple | None:
-        """(the largest idle share of a scheduler with requests queued, that scheduler's rank label, its queue)
-        since the last scrape; (0.0, "", 0) when no scheduler with idle time counted had a queue; None
-        without the idle counter."""
+    def _idle_with_queue(self, scrape, dt: float | None) -> dict | None:
+        """{scheduler rank label: (idle seconds since the last scrape, its queue)}; None without the idle
+        counter (or on its first sight)."""
         grown = self._grown(scrape, "idle_seconds")
         if grown is None or not dt or dt <= 0:
             return None
-        worst: tuple = (0.0, "", 0.0)
+        out: dict[str, tuple] = {}
         for key, idle in grown.items():
             labels = dict(key)
             rank = tuple(int(labels[k]) if str(labels.get(k, "")).isdigit() else None
                          for k in ("dp_rank", "tp_rank", "pp_rank"))
             queue = (scrape.ranks.get(rank) or {}).get("queue")
-            share = min(1.0, idle / dt)
-            if queue and share > worst[0]:
-                worst = (share, _rank_text(labels), float(queue))
-        return worst
+            if len(out) < MAX_GROUPS:
+                out[_rank_text(labels)] = (idle, float(queue or 0))
+        return out
 
     def _dp_tokens(self, scrape) -> dict | None:
         """{dp_rank: scheduled tokens since the last scrape} (dp_attention_tokens_total{kind="scheduled"})."""
