@@ -203,7 +203,7 @@ def _startup_regression(state, p, sources, now, window):
         items = state.durations.get(kind)
         if not items:
             continue
-        seen.append(f"{len(items)} {_WHAT[kind]}s")
+        seen.append(f"{_WHAT[kind]}: {len(items)}")
         if len(items) < 2:
             continue
         t_end, latest = items[-1]
