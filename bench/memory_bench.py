@@ -9,21 +9,26 @@ that case's peak), waits until /metrics answers, then:
   random-N   appends N MB of random bytes (NUL, invalid UTF-8, a newline every ~256 bytes) in one go;
   long-N     appends N MB as 10 MiB lines without a newline inside (each is cut at max_line_bytes);
   sglang-N   appends N MB of realistic SGLang 0.5.x lines (bench/genlog.py) in one go (a backlog);
-  steady     appends realistic lines at --rate lines/s for --steady-seconds (after a 5 s warm-up).
-A burst is "drained" when /metrics' sglang_exporter_log_lines_read_total reaches the number of lines written
-(polled with a deadline). Figures from /proc/<pid>/status: VmRSS before the burst, VmHWM (the peak since the
-process started), VmRSS once drained and again 3 s later (after the sidecar went idle). 127.0.0.1 only; every
-process is killed at the end. Exit status 1 when the sidecar breaks (dies, never drains).
+  steady     appends realistic lines at --rate lines/s for --steady-seconds (after a 5 s warm-up);
+  page-N     serves an N MB SGLang /metrics page (one histogram family, many label sets) on 127.0.0.1 and
+             has the sidecar scrape it once (--sglang-url, scrape_timeout 280 s so the parse completes).
+A page case is done when /metrics' sglang_exporter_scrape_success is 1. A burst is "drained" when /metrics'
+sglang_exporter_log_lines_read_total reaches the number of lines written (polled with a deadline). Figures
+from /proc/<pid>/status: VmRSS before the burst, VmHWM (the peak since the process started), VmRSS once
+drained and again 3 s later (after the sidecar went idle). 127.0.0.1 only; every process is killed at the end.
+Exit status 1 when the sidecar breaks (dies, never drains).
 """
 from __future__ import annotations
 
 import argparse
+import http.server
 import os
 import random
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -58,9 +63,10 @@ def wait(predicate, timeout: float, what: str, proc: subprocess.Popen):
         time.sleep(0.1)
 
 
-def start(log: str, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "exporter", "serve", "--log-file", log, "--listen", f"127.0.0.1:{port}"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(log: str, port: int, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "exporter", "serve", "--log-file", log, "--listen", f"127.0.0.1:{port}", *extra]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
 
     def serving():      # (not /readyz: it waits for a first line, and the file starts empty)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
@@ -132,6 +138,61 @@ def run_burst(kind: str, mb: int, seed: int, timeout: float) -> dict:
             "seconds": drained}
 
 
+def metrics_page(size: int) -> bytes:
+    """An SGLang /metrics page of `size` bytes: one histogram family with many label sets."""
+    out = ["# HELP sglang:time_to_first_token_seconds ttft\n# TYPE sglang:time_to_first_token_seconds histogram\n"]
+    n, i = 0, 0
+    while n < size:
+        for le in ("0.1", "0.5", "1.0", "5.0", "+Inf"):
+            line = (f'sglang:time_to_first_token_seconds_bucket{{model_name="m",tp_rank="0",client="c{i}",'
+                    f'le="{le}"}} {i}\n')
+            out.append(line)
+            n += len(line)
+        i += 1
+    return "".join(out).encode()
+
+
+def run_page(mb: int) -> dict:
+    body = metrics_page(mb * MB - 4096)
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "sglang.log")
+        Path(log).touch()
+        port = free_port()
+        t0 = time.monotonic()
+        proc = start(log, port, "--sglang-url", f"http://127.0.0.1:{upstream.server_address[1]}",
+                     env={"SGLANG_EXPORTER_SCRAPE_TIMEOUT": "280", "SGLANG_EXPORTER_SCRAPE_INTERVAL": "290"})
+        try:
+            before = status_kb([proc.pid], "VmRSS")
+
+            def scraped():
+                return re.search(r"^sglang_exporter_scrape_success\{[^}]*\} 1", scrape(port, timeout=10.0)[0],
+                                 re.MULTILINE) is not None
+            wait(scraped, 300, "one good scrape", proc)
+            seconds = time.monotonic() - t0
+            after = status_kb([proc.pid], "VmRSS")
+            time.sleep(3.0)
+            idle = status_kb([proc.pid], "VmRSS")
+            peak = status_kb([proc.pid], "VmHWM")
+        finally:
+            proc.kill()
+            proc.wait()
+            upstream.shutdown()
+            upstream.server_close()
+    return {"case": f"page-{mb}", "before": before, "peak": peak, "after": after, "idle": idle, "seconds": seconds}
+
+
 def run_steady(rate: float, seconds: float, seed: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "sglang.log")
@@ -172,6 +233,8 @@ def main(argv=None) -> int:
         try:
             if case == "steady":
                 rows.append(run_steady(args.rate, args.steady_seconds, args.seed))
+            elif case.startswith("page-"):
+                rows.append(run_page(int(case.rsplit("-", 1)[1])))
             else:
                 kind, mb = case.rsplit("-", 1)
                 rows.append(run_burst(kind, int(mb), args.seed, args.timeout))

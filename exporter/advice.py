@@ -42,9 +42,11 @@ def reconcile(judgements: dict[str, Judgement], server_args: dict, memory_config
               headroom_bytes: float | None = None, total_gpu_bytes: float | None = None,
               facts: dict | None = None) -> list[Recommendation]:
     """facts (engine.advice_facts): `startup_oom_stage` picks a start-up OOM's advice, `graph_off_peak` is the
-    largest decode batch that ran without CUDA graph, `kv_full` whether a KV cache pool is full now."""
+    largest decode batch that ran without CUDA graph, `kv_full` whether a KV cache pool is full now,
+    `format_family` the batch lines' format (it narrows the release server_args tell)."""
+    family = (facts or {}).get("format_family")
     return _reconcile(judgements, server_args, memory_config, headroom_bytes, total_gpu_bytes, facts,
-                      flags.infer_release(server_args))
+                      flags.infer_release(server_args, family=family))
 
 
 def _reconcile(judgements: dict[str, Judgement], server_args: dict, memory_config: dict,
@@ -101,9 +103,11 @@ def _spelled(rec: Recommendation, release: tuple[str, str] | None) -> Recommenda
     reason = rec.reason
     if flag != rec.flag:
         reason = reason.replace(rec.flag, flag)
-    elif len(spellings) > 1:
+    elif len(spellings) > 1 and (release is None or not flags.accepted(flag, release)):
         others = [f"{s} (SGLang {flags.releases.first_release(s)} on)" for s in spellings if s != flag]
-        reason += f" The SGLang release is not known: it may spell {flag} as {', '.join(others)}."
+        known = "The SGLang release is not known" if release is None else \
+            f"SGLang {release[0]} .. {release[1]} spans a rename"
+        reason += f" {known}: it may spell {flag} as {', '.join(others)}."
     return Recommendation(flag, rec.action, rec.current, rec.suggested, rec.signals, rec.severity, reason,
                           spellings)
 
@@ -118,7 +122,8 @@ class Reconciler:
     def __init__(self):
         self._key: list | None = None
         self._advice: list[Recommendation] = []
-        self._args: tuple = ({}, (), None)   # the last server_args, its keys and the release they tell
+        self._args: tuple = ({}, (), None, None)   # the last server_args, its keys, the release they tell and
+                                                    # the format family that narrowed it
 
     def __call__(self, judgements: dict[str, Judgement], server_args: dict, memory_config: dict,
                  headroom_bytes: float | None = None, total_gpu_bytes: float | None = None,
@@ -129,13 +134,14 @@ class Reconciler:
             firing = tuple([sid for sid, j in judgements.items() if j.firing])
         # the keys tell the release; copying a few hundred keys (and inferring the release on every change of
         # advice) cost an evaluation more than its judges
-        args, names, release = self._args
-        if args is not server_args or len(names) != len(server_args):
+        args, names, release, family = self._args
+        wanted = (facts or {}).get("format_family")
+        if args is not server_args or len(names) != len(server_args) or family != wanted:
             keys = tuple(server_args)
-            if keys != names:
-                release = flags.infer_release(server_args)
+            if keys != names or family != wanted:
+                release = flags.infer_release(server_args, family=wanted)
             names = keys
-            self._args = (server_args, names, release)
+            self._args = (server_args, names, release, wanted)
         key: list = [firing, headroom_bytes, total_gpu_bytes, facts, names]
         for name in _arg_names(firing):         # what _current() reads
             v = server_args.get(name)

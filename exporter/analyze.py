@@ -9,16 +9,16 @@ import time
 from datetime import datetime, timezone
 
 from exporter.advice import reconcile
-from exporter.catalog import SIGNALS_BY_ID
+from exporter.catalog import SIGNALS_BY_ID, runbook_url
 from exporter.config import Config
 from exporter.engine import Engine, advice_facts, verdict
 from exporter.failures import TALLIED
 from exporter.ingest.events import as_event
 from exporter.ingest.pipeline import SourceParser, iter_file_item_lists, layouts_read
-from exporter.signals import Judgement
+from exporter.signals import Judgement, retractions_per_minute
 from exporter.state import per_scheduler
 
-SCHEMA = "sglang-exporter/analyze/v1"
+SCHEMA = "sglang-exporter/analyze/v2"   # v2: `events` renamed `records`; `profile_default` added
 MAX_CATCHUP_STEPS = 200      # evaluations inserted into one silent gap of the log
 _SERVER_ARGS_SHOWN = ("model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "enable_dp_attention",
                       "mem_fraction_static", "max_running_requests", "chunked_prefill_size",
@@ -67,7 +67,8 @@ class Series:
     def __init__(self):
         self.t: list[float] = []
         self.cols: dict[str, list] = {k: [] for k in ("queue", "running", "max_running", "token_usage",
-                                                       "gen_throughput", "retractions_per_minute")}
+                                                       "gen_throughput", "retractions_per_minute",
+                                                       "retraction_storm_per_minute")}
         self.ranks: dict[str, dict[str, list]] = {}
         self.markers: list[dict] = []
 
@@ -83,8 +84,9 @@ class Series:
         usages = [r.usage for r in ranks.values() if r.usage is not None]
         c["token_usage"].append(max(usages) if usages else None)
         c["gen_throughput"].append(sum(r.throughput or 0 for r in schedulers.values()) if ranks else None)
-        window = SIGNALS_BY_ID["retractions_frequent"].window_seconds
-        c["retractions_per_minute"].append(st.retractions_per_minute(now, window))
+        # the signals' own values (signals.retraction_rate): the storm shading starts where its line crosses
+        c["retractions_per_minute"].append(retractions_per_minute(st, now, engine.params))
+        c["retraction_storm_per_minute"].append(retractions_per_minute(st, now, engine.params, "retraction_storm"))
         if len(ranks) > 1:
             n = len(self.t) - 1
             for key, r in ranks.items():
@@ -97,12 +99,16 @@ class Series:
                     col.append(v)
 
 
-_MARKER_KINDS = {"oom": "oom", "watchdog_timeout": "watchdog", "server_ready": "restart",
+# restarts are not among them: a ready line is one only after another start-up (the state decides; _report)
+_MARKER_KINDS = {"oom": "oom", "watchdog_timeout": "watchdog",
                  "scheduler_exception": "crash", "sigquit": "crash", "traceback": "crash", "subprocess_crash": "crash",
                  "init_failed": "crash", "nccl_timeout": "crash", "health_check_failed": "crash"}
 
 
-def analyze(paths: list[str], config: Config, progress: bool | None = None, series: bool = False) -> dict:
+def analyze(paths: list[str], config: Config, progress: bool | None = None, series: bool = False,
+            profile_default: bool = False) -> dict:
+    """The report of `paths` replayed under `config`; `profile_default`: the user chose no profile (the report
+    says so, and how to choose another)."""
     engine = Engine(config, log_fed=True)
     engine.set_sources(log_up=True)
     engine.advise = False       # the report's advice is reconciled once, from what fired (_report)
@@ -165,6 +171,8 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                 lines_seen = sp.lines
                 meter.update(min(total, sum(s.bytes for s in stats)), sum(s.lines for s in stats))
     meter.done()
+    # the batch lines' format narrows the release server_args tell: one release statement (flags.py)
+    engine.state.format_family = next((sp.parser.format_family for sp in stats if sp.parser.format_family), "")
     timed = last is not None
     if not timed and untimed:
         # no timestamp at all: judged once, at an arbitrary 0, by what needs no clock (rates say unknown)
@@ -176,8 +184,10 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
         engine.evaluate(last)
         if chart is not None:
             chart.sample(engine, last)
-    return _report(paths, config, engine, stats, first if timed else None, last if timed else None, time_only,
-                   chart)
+    report = _report(paths, config, engine, stats, first if timed else None, last if timed else None, time_only,
+                     chart)
+    report["profile_default"] = profile_default
+    return report
 
 
 def next_due(last_eval: float, step: float) -> float:
@@ -228,6 +238,7 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
         h = engine.history.get(sid)
         entry = {"id": sid, "title": sig.title, "severity": sig.severity, "active": p is not None,
                  "unit": sig.value_unit, "fired": bool(h and h.fired), "intervals": [], "worst": None,
+                 "runbook_url": runbook_url(sig.alert.name, config.alerts.runbook_base_url) if sig.alert else None,
                  "final_state": h.state if h else "inactive",
                  "detail": engine.last.judgements[sid].detail if engine.last and sid in engine.last.judgements
                  else ""}
@@ -266,7 +277,8 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
         "lines": {"read": sum(sp.lines for sp in stats), "recognised": sum(sp.parser.recognised for sp in stats),
                   "cut": sum(sp.cut for sp in stats), "unparsed": unparsed},
         "layouts": {**layouts_read(stats), "clock": "log" if st.clock_known else "file order"},
-        "events": dict(sorted(st.events_total.items())),
+        # every rank's record: a retraction printed by 2 TP ranks is 2 records and 1 retraction (`counts`)
+        "records": dict(sorted(st.events_total.items())),
         "format_family": next((sp.parser.format_family for sp in stats if sp.parser.format_family), None),
         "model": st.model or None,
         "epochs": st.epoch,
@@ -285,7 +297,10 @@ def _report(paths, config, engine: Engine, stats, first, last, time_only, chart)
         "advice": [r.to_json() for r in advice],
     }
     if chart is not None:
-        report["series"] = {"t": chart.t, **chart.cols, "ranks": chart.ranks, "markers": chart.markers}
+        restarts = [{"t": e["t"], "kind": "restart", "line": e.get("line") or 0, "detail": e["evidence"]}
+                    for e in st.restart_evidence]
+        report["series"] = {"t": chart.t, **chart.cols, "ranks": chart.ranks,
+                            "markers": sorted(chart.markers + restarts, key=lambda m: m["t"])}
     return report
 
 

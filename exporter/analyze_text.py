@@ -5,7 +5,7 @@ from __future__ import annotations
 from exporter.analyze import iso
 from exporter.failures import STAGE_TEXT
 
-_VERDICT_TEXT = {"failed": "the server failed", "problems": "problems found", "healthy": "nothing fired",
+_VERDICT_TEXT = {"failed": "the server failed", "problems": "fired", "healthy": "nothing fired",
                  "insufficient data": "too little to judge health"}
 _COUNT_NAMES = {"retractions": "retractions", "ooms": "OOMs", "exceptions": "exceptions",
                 "watchdog_timeouts": "watchdog timeouts", "restarts": "restarts"}
@@ -27,7 +27,7 @@ def headline(report: dict) -> str:
         else:
             line += f" ({report['verdict_reason']})"
     elif v == "problems":
-        line += f" ({report['verdict_reason']})"
+        line = f"Verdict: PROBLEMS: {report['verdict_reason']} {_VERDICT_TEXT[v]}"
     elif v == "insufficient data":
         line += f": {report['verdict_reason']}"
     return line
@@ -38,8 +38,10 @@ def render_text(report: dict) -> str:
     span = report["span"]
     when = "no timestamps" if span["start"] is None else \
         f"{span['start']} .. {span['end']} ({span['seconds']:.0f} s)"
-    out.append(f"  {', '.join(report['sources'])}: profile {report['profile']}, {when}, "
-               f"format {report['format_family'] or 'unknown'}, model {report['model'] or 'unknown'}")
+    # the release is stated once, in the Server block (the format family narrows it there)
+    default = " (the default; --profile offline for a batch job)" if report.get("profile_default") else ""
+    out.append(f"  {', '.join(report['sources'])}: profile {report['profile']}{default}, {when}, "
+               f"model {report['model'] or 'unknown'}")
     lines = report["lines"]
     unparsed = ", ".join(f"{k} {v}" for k, v in sorted(lines["unparsed"].items())) or "none"
     out.append(f"  lines {lines['read']:,} read, {lines['recognised']:,} records recognised; unparsed: {unparsed}")
@@ -51,7 +53,7 @@ def render_text(report: dict) -> str:
             text += f" ({c['first']}" + (f" .. {c['last']})" if c["last"] != c["first"] else ")")
         counts.append(text)
     out.append("  events: " + "; ".join(counts))
-    out += _server_lines(report.get("server"))
+    out += _server_lines(report.get("server"), report["lines"]["recognised"])
     failures = report.get("failures", [])
     if failures:
         out.append("")
@@ -75,6 +77,8 @@ def render_text(report: dict) -> str:
             out.append(f"  FIRED    {s['id']:<28} {s['severity']:<8} worst {worst:<14} {span_text}".rstrip())
             if s["detail"]:
                 out.append(f"           {s['detail']}")
+            if s.get("runbook_url"):
+                out.append(f"           runbook: {s['runbook_url']}")
         elif s["known"]:
             out.append(f"  ok       {s['id']:<28} {s['severity']:<8} {s['detail']}".rstrip())
         else:
@@ -83,35 +87,67 @@ def render_text(report: dict) -> str:
         out.append("")
         out.append("Advice:")
         for a in report["advice"]:
-            cur = "" if a["current"] is None else f" (now {a['current']})"
-            sug = "" if a["suggested"] is None else f" to {a['suggested']}"
-            out.append(f"  {a['action']} {a['flag']}{cur}{sug}  [{', '.join(a['signals'])}]")
+            out.append(f"  {advice_phrase(a['action'], a['flag'], a['current'], a['suggested'])}  "
+                       f"[{', '.join(a['signals'])}]")
             out.append(f"      {a['reason']}")
-    else:
+    advised = {sid for a in report["advice"] for sid in a["signals"]}
+    bare = [s for s in report["signals"] if s["fired"] and s["id"] not in advised]
+    if bare:
+        # a crash or a stall has no flag to change, and still somewhere to go
+        out.append("")
+        out.append("No flag to change for " + ", ".join(s["id"] for s in bare) + "; follow the runbook:")
+        out += [f"  {s['id']}: {s['runbook_url']}" for s in bare if s.get("runbook_url")]
+    elif not report["advice"]:
         out.append("")
         out.append("Advice: none; nothing to tune." if report["verdict"] != "insufficient data"
                    else "Advice: none; too little was judged to advise.")
     return "\n".join(out) + "\n"
 
 
-def _server_lines(server: dict | None) -> list[str]:
-    """The server as a whole: release range, rank layout, restarts with their evidence, headroom per GPU."""
-    if not server:
+def advice_phrase(action: str, flag: str, current, suggested) -> str:
+    """One piece of advice as a command to a person: "increase --x (now 0.3) to 1.3"; a switch is added or
+    removed ("remove --disable-cuda-graph (now set)"), and a value to check is something to try, not a move."""
+    if isinstance(suggested, bool) or isinstance(current, bool):
+        if suggested is False and current:
+            return f"remove {flag} (now set)"
+        if suggested is True and not current:
+            return f"add {flag}" + ("" if current is None else " (now not set)")
+    now = "" if current is None else f"now {current}"
+    if action == "check":
+        detail = "; ".join(x for x in (now, "" if suggested is None else f"try {suggested}") if x)
+        return f"check {flag}" + (f" ({detail})" if detail else "")
+    return f"{action} {flag}" + (f" ({now})" if now else "") + ("" if suggested is None else f" to {suggested}")
+
+
+def release_text(server: dict | None) -> str:
+    """The report's one statement of the SGLang release: the range server_args and the batch lines' format
+    both allow (flags.infer_release)."""
+    rel = (server or {}).get("release")
+    return "unknown" if rel is None else rel["first"] if rel["first"] == rel["last"] \
+        else f"{rel['first']} .. {rel['last']}"
+
+
+def _server_lines(server: dict | None, recognised: int = 1) -> list[str]:
+    """The server as a whole: release range, rank layout, restarts with their evidence, headroom per GPU.
+    Nothing when no record was recognised: the verdict already says so."""
+    if not server or not recognised:
         return []
-    rel = server["release"]
-    release = ("unknown" if rel is None else rel["first"] if rel["first"] == rel["last"]
-               else f"{rel['first']} .. {rel['last']}")
+    release = release_text(server)
     lay = server["layout"]
     sizes = ", ".join(f"{k}={lay[k]}" for k in ("dp", "tp", "pp", "ep") if lay[k] is not None) or "unknown"
     dpa = {True: ", DP attention", False: "", None: ""}[lay["dp_attention"]]
-    out = ["", "Server:",
-           f"  SGLang release {release}; layout {sizes}{dpa}; {lay['ranks_seen']} ranks printed start-up lines"
-           + ("" if server["startup_seen"] else "; start-up not seen (joined a running server)")]
+    n = lay["ranks_seen"]
+    ranks = f"{n} rank{'' if n == 1 else 's'} printed start-up lines" if server["startup_seen"] else \
+        "start-up not in the log (it begins after SGLang started)"
+    out = ["", "Server:", f"  SGLang release {release}; layout {sizes}{dpa}; {ranks}"]
     for e in server["restart_evidence"]:
         where = f" (line {e['line']})" if e.get("line") else ""
         out.append(f"  restart at {e.get('time') or iso(e['t'], False)}{where}: {e['evidence']}")
     gpus = server["gpu_headroom"]
-    if gpus:
+    if len(gpus) == 1:
+        out.append(f"  free GPU memory after start-up: {gpus[0]['bytes'] / 2**30:.2f} GiB"
+                   + (f" ({gpus[0]['rank']})" if gpus[0]["rank"] else ""))
+    elif gpus:
         shown = ", ".join(f"{g['rank'] or 'rank'} {g['bytes'] / 2**30:.2f} GiB" for g in gpus[:4])
         more = f" (+{len(gpus) - 4} more)" if len(gpus) > 4 else ""
         out.append(f"  free GPU memory after start-up, least first: {shown}{more}")

@@ -36,6 +36,7 @@ from exporter.catalog_model import (  # noqa: F401 - re-exported
     AlertSpec,
     MetaAlert,
     Signal,
+    runbook_url,
 )
 from exporter.catalog_ranges import (  # noqa: F401 - re-exported
     BYTES_MAX,

@@ -97,8 +97,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "SGLang's log prefix spells it, e.g. 'DP1 TP4'; 'TP0' for an unprefixed log, whose one rank is TP "
                "rank 0): the capacity line's available_gpu_mem, else the rank's last model-runner reading (CUDA "
                "graph capture or memory pool end).", ("rank",)),
-    MetricSpec(f"{NS}_retractions_per_minute", "gauge", "Retraction events per minute over the "
-               "retractions_frequent window.", (), deprecated=DEPRECATED_IN,
+    MetricSpec(f"{NS}_retractions_per_minute", "gauge", "Retraction events per minute: the retractions_frequent "
+               "signal's value, by the rate every face uses (its window, or the span observed when shorter).", (),
+               deprecated=DEPRECATED_IN,
                replaced_by=f"rate({NS}_retractions_total[10m]), or {NS}_signal_value_per_second for the judged "
                            "rate"),
     MetricSpec(f"{NS}_retractions_total", "counter", "Retraction events (one per 'Retract requests' record "
@@ -138,7 +139,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_worker_errors_total", "counter", "Unexpected errors caught in a worker (follow, scrape, "
                "evaluate, positions); the worker goes on.", ("worker",)),
     MetricSpec(f"{NS}_scrape_samples_rejected_total", "counter", "Samples of SGLang's /metrics dropped as "
-               "malformed, by reason (non_finite, out_of_range, bad_le).", ("reason",)),
+               "malformed, by reason (non_finite, out_of_range, bad_le; too_many_series: past what one scrape "
+               "keeps of rank label sets, series of a counter or buckets of a histogram).", ("reason",)),
     MetricSpec(f"{NS}_exposition_errors_total", "counter", "Metric families left out of this /metrics "
                "because building them failed (the rest are served), by family.", ("family",)),
 )

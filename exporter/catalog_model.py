@@ -12,7 +12,10 @@ PROFILES = {
     "long-context": "Long prompts: prefill dominates; queue depth and latency objectives are relaxed.",
     "multi-turn": "Chat sessions sharing prefixes: latency objectives apply; queue depth is not judged.",
 }
-DEFAULT_PROFILE = "offline"
+# the profile of a server nobody described: SGLang is mostly an online server (the kustomize base says
+# `profile: online` too), and an idle online server is healthy; the offline profile judges an empty queue as
+# a client too slow for a batch job, which it is only when the user says it is one (--profile offline)
+DEFAULT_PROFILE = "online"
 
 SEVERITIES = ("critical", "warning", "info")
 
@@ -21,6 +24,12 @@ SEVERITIES = ("critical", "warning", "info")
 NS = "sglang_exporter"
 
 RUNBOOK_BASE = "https://github.com/sglang-exporter/sglang-exporter/blob/main/docs/runbooks"
+
+
+def runbook_url(alertname: str, base: str = RUNBOOK_BASE) -> str:
+    """Where an alert's runbook is: `alerts.runbook_base_url` + /<AlertName>.md (the alerts' runbook_url, the API's
+    and the reports' links alike)."""
+    return f"{base.rstrip('/')}/{alertname}.md"
 
 
 @dataclass(frozen=True)

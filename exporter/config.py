@@ -28,11 +28,19 @@ class AlertSettings:
     # PromQL matchers (without braces) of the sidecar's scrape job, and of SGLang's own /metrics job.
     exporter_selector: str = 'job="sglang-exporter"'
     sglang_selector: str = 'job="sglang"'
-    # Target labels that identify one server (kube-style relabelling adds namespace and pod).
-    join_labels: tuple = ("namespace", "pod", "instance", "job")
+    # Labels one server's two targets (the sidecar and SGLang's /metrics) share, in every cluster: the
+    # native rules stand down, Alertmanager groups and inhibits on them. The last one names the server
+    # itself (pod): a target without it is never joined to another. `cluster` may be an external label.
+    identity_labels: tuple = ("cluster", "namespace", "pod")
+    # Labels of one target, for joins of one target's series (None: identity_labels + instance, job).
+    join_labels: tuple | None = None
     native_keep_labels: tuple = ("model_name",)     # SGLang's labels the native alerts keep
-    group_by: tuple = ("namespace", "instance", "alertname")   # Alertmanager route grouping
-    inhibit_equal: tuple = ("namespace", "instance")           # labels equal for an inhibition
+    group_by: tuple | None = None        # Alertmanager route grouping (None: identity_labels)
+    inhibit_equal: tuple | None = None   # labels equal for an inhibition (None: identity_labels)
+    # Labels that tell clusters apart (often an external label): fleet roll-ups keep them, and the
+    # absence alert pages per their values when a cluster's exporters vanish.
+    cluster_labels: tuple = ("cluster",)
+    absence_window: str = "1h"           # how far back a vanished cluster's exporters are remembered
     runbook_base_url: str = RUNBOOK_BASE             # runbook_url = <this>/<AlertName>.md
     # Profile whose thresholds the native rules compare; None: catalog defaults and every native alert
     # (one rule file usually serves a fleet of profiles, so this is not the sidecar's `profile`).
@@ -124,8 +132,9 @@ assert set(_SCALARS) | {"signals", "alerts"} == {f.name for f in fields(Config)}
 
 # `alerts:` keys -> kind; `for` is spelt as in a rule file (the field is alert_for)
 _ALERT_KEYS = {
-    "exporter_selector": "selector", "sglang_selector": "selector", "join_labels": "labels",
-    "native_keep_labels": "labels", "group_by": "labels", "inhibit_equal": "labels", "runbook_base_url": "url",
+    "exporter_selector": "selector", "sglang_selector": "selector", "identity_labels": "labels",
+    "cluster_labels": "labels", "join_labels": "labels", "native_keep_labels": "labels",
+    "absence_window": "duration", "group_by": "labels", "inhibit_equal": "labels", "runbook_base_url": "url",
     "profile": "profile", "for": "for", "max_unknown_ratio": "ratio", "drift_window": "duration",
     "log_stale_window": "duration", "rate_window": "duration", "short_windows": "bool", "short_for": "duration",
     "short_range": "duration", "page_url": "url", "ticket_url": "url", "deadmansswitch_url": "url",
@@ -140,6 +149,24 @@ def split_host_port(text: str, where: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"{where}: expected HOST:PORT (e.g. 0.0.0.0:{DEFAULT_PORT}), got {text!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def cannot_listen(listen: str, where: str, exc: OSError, change: str) -> str:
+    """Why binding `listen` failed, for people: `where` names what set the address (a flag, an environment
+    variable, a config file's line, or "the default"), `change` how to give another one."""
+    import errno
+    host, port = split_host_port(listen, where)
+    other = f"{host}:{port + 1 if port < 65535 else DEFAULT_PORT}"
+    if exc.errno == errno.EADDRINUSE:
+        why = (f"port {port} is in use (another sglang-exporter or demo, or another program: "
+               f"`ss -ltnp 'sport = :{port}'` names it)")
+    elif exc.errno == errno.EACCES:
+        why = f"port {port} needs privileges (ports below 1024); use one above 1024"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        why = f"{host} is no address of this machine; use 0.0.0.0 (every interface) or 127.0.0.1 (this machine only)"
+    else:
+        why = str(exc.strerror or exc)
+    return f"{where} {listen}: cannot listen: {why}; pick another address with {change}, e.g. {other}"
 
 
 def _coerce(key: str, value, where: str):
@@ -233,7 +260,9 @@ def _load_file(path: str, problems: _Problems | None = None) -> tuple[dict, dict
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
+        hint = {FileNotFoundError: " (check the path)", IsADirectoryError: " (name the YAML file in it)"}.get(
+            type(exc), "")
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}{hint}") from None
     # yaml is imported here, not at the top: most runs (analyze, parse) read no config file, and importing it
     # is a tenth of their start-up
     import yaml
@@ -330,6 +359,8 @@ def _alert_value(kind: str, v, where: str, problems: _Problems, key: str):
     if kind == "labels":
         if not isinstance(v, list) or not all(isinstance(x, str) and _LABEL.fullmatch(x) for x in v):
             raise ConfigError(f"{where}: expected a list of label names, got {v!r}")
+        if key == "identity_labels" and not v:
+            raise ConfigError(f"{where}: name at least one label (the default: cluster, namespace, pod)")
         return tuple(v)
     if kind == "label_values":
         if v is not None and (not isinstance(v, dict) or not all(
@@ -374,9 +405,10 @@ def from_env(environ=os.environ) -> dict:
     return out
 
 
-def build(flags: dict, environ=os.environ, config_file: str | None = None) -> Config:
+def build(flags: dict, environ=os.environ, config_file: str | None = None, origins: dict | None = None) -> Config:
     """Merge defaults < file < env < flags (flags: only the options the user gave, None meaning unset).
-    A file's mistakes, its cross-field ones included, are raised together in file order."""
+    A file's mistakes, its cross-field ones included, are raised together in file order. `origins`, when
+    given, is filled with where each setting that is not a default came from (flag, variable, file line)."""
     path = config_file or environ.get(ENV_PREFIX + "CONFIG") or None
     problems = _Problems(path or "", {})
     merged, origin = _load_file(path, problems) if path else ({}, {})
@@ -390,6 +422,8 @@ def build(flags: dict, environ=os.environ, config_file: str | None = None) -> Co
         merged[key] = _coerce(key, value, flag)
         origin[key] = flag
     cfg = replace(Config(), **merged)
+    if origins is not None:
+        origins.update(origin)
     for error in _cross_field(cfg, origin):
         problems.add(error)
     problems.raise_if_any()

@@ -17,11 +17,14 @@ import tempfile
 import threading
 import time
 
-from exporter.config import Config, split_host_port
+from exporter.analyze_text import advice_phrase
+from exporter.config import DEFAULT_PORT, Config, cannot_listen, split_host_port
 from exporter.logging_setup import configure as configure_logging
 from exporter.server import make_server, serve_in_thread
 from exporter.sidecar import Sidecar
 from exporter.simulate import Phase, Scenario
+
+DEMO_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"     # this machine only: the demo is for a first look, not a fleet
 
 
 def _free_port(host: str) -> int:
@@ -47,7 +50,8 @@ def run_demo(args) -> int:
     except Exception as exc:  # noqa: BLE001 - any scenario problem is a usage error here
         print(f"sglang-exporter: error: --scenario {args.scenario}: {exc}", file=sys.stderr)
         return 2
-    host, port = split_host_port(args.listen, "--listen")
+    listen = args.listen or DEMO_LISTEN
+    host, port = split_host_port(listen, "--listen")
     configure_logging("warning")         # a source going down, a worker failing: worth a line amid the status
     done = threading.Event()
     # installed before anything is created, so Ctrl-C or SIGTERM at any point still cleans up below
@@ -55,13 +59,12 @@ def run_demo(args) -> int:
     signal.signal(signal.SIGINT, lambda *_: done.set())
     workdir = tempfile.mkdtemp(prefix="sglang-exporter-demo-")
     try:
-        return _run(args, then_idle(scenario), scenario.duration, workdir, host, port, done)
+        return _run(args, then_idle(scenario), scenario.duration, workdir, listen, done)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(args, scenario: Scenario, story_seconds: float, workdir: str, host: str, port: int,
-         done: threading.Event) -> int:
+def _run(args, scenario: Scenario, story_seconds: float, workdir: str, listen: str, done: threading.Event) -> int:
     from exporter import simulate
     log_path = os.path.join(workdir, "sglang.log")
     open(log_path, "a").close()
@@ -72,8 +75,9 @@ def _run(args, scenario: Scenario, story_seconds: float, workdir: str, host: str
                                    "metrics_listen": f"127.0.0.1:{sim_port}", "speed": args.speed,
                                    "stop_event": stop})
     sim.start()
+    host, port = split_host_port(listen, "--listen")
     cfg = Config(log_files=(log_path,), from_start=True, sglang_url=f"http://127.0.0.1:{sim_port}",
-                 listen=args.listen, scrape_interval=2.0, scrape_timeout=1.0, poll_interval=0.2,
+                 listen=listen, scrape_interval=2.0, scrape_timeout=1.0, poll_interval=0.2,
                  evaluate_interval=1.0)
     sidecar = Sidecar(cfg)
     try:
@@ -81,7 +85,11 @@ def _run(args, scenario: Scenario, story_seconds: float, workdir: str, host: str
     except OSError as exc:
         stop.set()
         sim.join(5)
-        print(f"sglang-exporter: error: --listen {args.listen}: {exc.strerror or exc}", file=sys.stderr)
+        # scripts/demo runs this command for people who typed no flag: name what they can type there
+        prog = os.environ.get("SGLANG_EXPORTER_PROG") or "sglang-exporter demo"
+        where = "--listen" if args.listen else "the demo's default address"
+        print("sglang-exporter: error: " + cannot_listen(listen, where, exc, f"`{prog} --listen HOST:PORT`"),
+              file=sys.stderr)
         return 1
     started = time.monotonic()
     try:
@@ -89,6 +97,8 @@ def _run(args, scenario: Scenario, story_seconds: float, workdir: str, host: str
         serve_in_thread(server)
         base = f"http://{host}:{server.server_address[1]}"
         print(f"""sglang-exporter demo: scenario '{args.scenario}' at {args.speed:g}x speed
+  status page          : {base}/
+  runbooks             : {base}/runbooks/
   simulated SGLang log : {log_path}
   simulated /metrics   : http://127.0.0.1:{sim_port}/metrics
   our metrics          : {base}/metrics
@@ -120,7 +130,7 @@ Signals below change as the scenario unfolds; Ctrl-C stops.""", flush=True)
 def _status_line(sidecar: Sidecar) -> str:
     view = sidecar.view()
     firing = sorted(sid for sid, j in view.snapshot.judgements.items() if j.firing)
-    advice = "; ".join(f"{r.action} {r.flag}" + (f" to {r.suggested}" if r.suggested is not None else "")
-                       for r in view.snapshot.advice[:3])
+    # every piece of advice the API lists, worded as the text report words it
+    advice = "; ".join(advice_phrase(r.action, r.flag, r.current, r.suggested) for r in view.snapshot.advice)
     return (f"  firing: {', '.join(firing) or 'nothing'}"
             + (f"  |  advice: {advice}" if advice else ""))

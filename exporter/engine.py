@@ -186,7 +186,7 @@ def advice_facts(st: ServerState, judgements: dict | None = None) -> dict:
 
 def _advice_facts(st: ServerState, firing) -> dict:
     """advice_facts() for the ids of the firing signals (None: all of them), as the Evaluator lists them."""
-    out: dict = {}
+    out: dict = {"format_family": st.format_family or None}
     if firing is None or "startup_oom" in firing:
         out["startup_oom_stage"] = st.failures.startup_oom_stage
     if firing is None or "cuda_graph_off_small_batch" in firing:

@@ -89,9 +89,13 @@ def _infer(keys: frozenset) -> tuple[str, str] | None:
     return order[0], order[-1]
 
 
-def infer_release(server_args: dict, version: str | None = None) -> tuple[str, str] | None:
+def infer_release(server_args: dict, version: str | None = None,
+                  family: str | None = None) -> tuple[str, str] | None:
     """(first, last) extracted release whose ServerArgs has the keys this server_args line printed (a full
-    dump pins it to the releases with exactly those fields); a printed version wins. None: not known."""
+    dump pins it to the releases with exactly those fields), narrowed to the releases of the batch lines'
+    format `family` ("0.5.9-0.5.23", docs/log-events.md) when known; a printed version wins. None: not known.
+    Where the two disagree (a partial server_args dump), the format family is the statement: a batch line's
+    shape is printed by every release the same way."""
     if version:
         try:
             r = releases.resolve(version)
@@ -99,9 +103,26 @@ def infer_release(server_args: dict, version: str | None = None) -> tuple[str, s
         except (KeyError, ValueError):
             pass
     keys = frozenset(k for k in server_args if isinstance(k, str))
-    if not keys:
-        return None
-    return _infer(keys)
+    by_args = _infer(keys) if keys else None
+    return _narrowed(by_args, family) if family else by_args
+
+
+@functools.cache
+def _narrowed(by_args: tuple[str, str] | None, family: str) -> tuple[str, str] | None:
+    lo, _, hi = family.partition("-")
+    try:
+        # a family's upper bound names a release line: its .postN releases belong to it
+        low, high = releases.version_key(lo), (*releases.version_key(hi or lo)[:3], 10**6)
+    except ValueError:
+        return by_args
+    in_family = [r for r in releases.releases() if low <= releases.version_key(r) <= high]
+    if by_args is None:
+        return (in_family[0], in_family[-1]) if in_family else None
+    first, last = releases.version_key(by_args[0]), releases.version_key(by_args[1])
+    both = [r for r in in_family if first <= releases.version_key(r) <= last]
+    if both:
+        return both[0], both[-1]
+    return (in_family[0], in_family[-1]) if in_family else by_args
 
 
 def value(server_args: dict, name: str, release: tuple[str, str] | None = None):
@@ -134,6 +155,12 @@ def _spellings(flag: str) -> tuple[str, ...]:
             if f and f not in out:
                 out.append(f)
     return tuple(out)
+
+
+def accepted(flag: str, release: tuple[str, str]) -> bool:
+    """Whether the releases at both ends of `release` accept `flag` (it is spelt so across the range)."""
+    _, pos, _, accepts, _ = _index()
+    return all(flag in accepts[_pos(r, pos)] for r in release)
 
 
 def spell(flag: str, release: tuple[str, str] | None) -> tuple[str, tuple[str, ...]]:

@@ -3,29 +3,35 @@
 A sidecar that (re)starts next to a running SGLang has missed the start-up lines (server_args, capacity,
 headroom) that several signals need. `find_startup` searches back from the end of a log for the latest
 `server_args` dump, so the sidecar can replay from there. Replayed lines must land where they happened, not
-at the instant they were read (300 retractions over three hours are not a storm now): `clock_offset` maps the
+at the instant they were read (300 retractions over three hours are not a storm now): `clock_map` maps the
 log's own timestamps (local time, no zone, read as UTC by the grammar) to real time from the file's mtime, the
-moment its last line was written.
+moment its last line was written. A log's clock can step (a DST fall-back, an NTP correction): the history is
+cut into stretches where the clock goes back, and each stretch is placed by itself, ending where the next one
+begins, so an hour replayed twice on the log's clock is not an hour of events piled onto "now".
 """
 from __future__ import annotations
 
 import os
 import re
 import time
+from collections.abc import Iterable
 
 from exporter.ingest.events import as_event
-from exporter.ingest.lines import Block
+from exporter.ingest.lines import Block, read_range
 from exporter.ingest.pipeline import SourceParser
 
 DEFAULT_READBACK_BYTES = 256 << 20
 _CHUNK = 1 << 20
 _SERVER_ARGS = re.compile(rb"server_args=(?:ServerArgs\(|\{)")
-_TAIL_BYTES = 64 << 10          # the end of a log read to find its last timestamp
+TAIL_BYTES = 64 << 10          # the end of a log a clock is mapped over when nothing else of it is replayed
 _ZONE_STEP = 900.0              # UTC offsets are multiples of 15 minutes
 _ZONE_SLACK = 120.0             # how far from such a multiple an estimate may be and still be taken as a zone
+# how far a log's clock may go back between two lines before it is a clock step (DST fall-back, NTP step) and
+# not lines of several ranks or processes written a little out of order
+CLOCK_STEP = 60.0
 
 
-def _line_start(fd: int, pos: int, floor: int) -> int:
+def line_start(fd: int, pos: int, floor: int) -> int:
     """Offset of the start of the line holding byte `pos` (not before `floor`)."""
     while pos > floor:
         lo = max(floor, pos - 4096)
@@ -62,7 +68,7 @@ def find_startup(path: str, end: int, max_bytes: int = DEFAULT_READBACK_BYTES,
             lo = max(floor, hi - _CHUNK)
             chunk = os.pread(fd, min(hi + overlap, end) - lo, lo)
             for m in reversed(list(_SERVER_ARGS.finditer(chunk))):
-                start = _line_start(fd, lo + m.start(), floor)
+                start = line_start(fd, lo + m.start(), floor)
                 if start < end and _is_server_args(path, fd, start, max_line_bytes):
                     return start
             hi = lo
@@ -125,47 +131,120 @@ def history(path: str, end: int, max_bytes: int = DEFAULT_READBACK_BYTES,
     return [(path, 0, end)] if 0 < end <= max_bytes else []
 
 
-def last_timestamp(path: str, end: int) -> float | None:
-    """The latest log timestamp among the lines that end before `end` (read from the file's last 64 KiB)."""
-    try:
-        with open(path, "rb") as fh:
-            lo = max(0, end - _TAIL_BYTES)
-            fh.seek(lo)
-            data = fh.read(end - lo)
-    except OSError:
-        return None
-    if lo > 0:
-        data = data[data.find(b"\n") + 1:]          # skip the partial first line
-    latest = None
-    sp = SourceParser(path)
-    texts = data.decode("utf-8", "replace").split("\n")
-    for it in sp.feed_block_items(Block(path, 1, texts)) + sp.flush():
-        ts = it[2] if it.__class__ is tuple else it.ts
-        if ts is not None and (latest is None or ts > latest):
-            latest = ts
-    return latest
+def _zone_offset(diff: float) -> float:
+    """A measured log-to-real-time difference: snapped to the nearest quarter hour when it is that close to one
+    (the log's zone plus a few seconds of delay), taken as measured otherwise (a clock that is simply off)."""
+    zone = round(diff / _ZONE_STEP) * _ZONE_STEP
+    return zone if abs(diff - zone) <= _ZONE_SLACK else diff
 
 
-def clock_offset(path: str, end: int, now: float | None = None) -> float | None:
-    """Seconds to add to the log's timestamps to get the reader's time; None when the log has no timestamps.
-
-    The file's mtime is when its last line was written. The difference to that line's own timestamp is the
-    log clock's zone (plus a few seconds of delay): snapped to the nearest quarter hour when it is that close
-    to one, taken as measured otherwise (a clock that is simply off). `now` is the reader's clock reading:
-    the file's age is measured in real time and counted back from it (a reader whose clock is not the wall
-    clock, such as a test's, gets offsets on its own clock)."""
-    ts = last_timestamp(path, end)
-    if ts is None:
-        return None
+def _mtime_on(path: str, now: float | None) -> float | None:
+    """When `path` was last written, on the reader's clock `now` (its age is measured in real time and counted
+    back from `now`, so a reader whose clock is not the wall clock, such as a test's, gets its own)."""
     try:
         mtime = os.stat(path).st_mtime
     except OSError:
         return None
+    return mtime if now is None else now - (time.time() - mtime)
+
+
+class ClockSteps:
+    """Cuts a log's timestamps into stretches of one clock: `step(ts)` is True when `ts` lies more than
+    CLOCK_STEP before the latest timestamp of the stretch so far (the clock went back: a new stretch begins).
+    A jump forward is not a step: from timestamps alone it cannot be told from a pause in logging (an idle
+    night), and taking it for a pause can only put older lines further back, never nearer now."""
+    __slots__ = ("top",)
+
+    def __init__(self) -> None:
+        self.top: float | None = None
+
+    def step(self, ts: float) -> bool:
+        top = self.top
+        if top is not None and top - ts > CLOCK_STEP:
+            self.top = ts
+            return True
+        if top is None or ts > top:
+            self.top = ts
+        return False
+
+
+class ClockMap:
+    """Where each stretch of a log's clock lies in real time: `offsets[k]` seconds added to a timestamp of
+    stretch k (oldest first) give the reader's time. Read in order with a `Placer`."""
+
+    def __init__(self, offsets: list[float]):
+        self.offsets = offsets
+
+    @property
+    def steps(self) -> int:
+        return len(self.offsets) - 1
+
+    def placer(self) -> Placer:
+        return Placer(self.offsets)
+
+
+class Placer:
+    """Places the timestamps of the lines a ClockMap was made from, read again in the same order: it finds the
+    same clock steps and moves each stretch by its own offset. More steps than the map knows (lines it did not
+    see) stay on the newest stretch's offset."""
+    __slots__ = ("offsets", "k", "clock")
+
+    def __init__(self, offsets: list[float]):
+        self.offsets = offsets
+        self.k = 0
+        self.clock = ClockSteps()
+
+    def place(self, ts: float) -> float:
+        if self.clock.step(ts) and self.k + 1 < len(self.offsets):
+            self.k += 1
+        return ts + self.offsets[self.k]
+
+
+def _timestamps(ranges: Iterable[tuple[str, int, int]], max_line_bytes: int) -> Iterable[float]:
+    """Every timestamp of the lines in `ranges` (oldest first), as the grammar reads them."""
+    for file, start, end in ranges:
+        sp = SourceParser(file)
+        for block in read_range(file, start, end, max_line_bytes):
+            yield from _stamps(sp.feed_block_items(block))
+        yield from _stamps(sp.flush())
+
+
+def _stamps(items: list) -> Iterable[float]:
+    for it in items:
+        ts = it[2] if it.__class__ is tuple else it.ts     # a batch row (a tuple) or an Event
+        if ts is not None:
+            yield ts
+
+
+def clock_map(ranges: list[tuple[str, int, int]], path: str, now: float | None = None,
+              max_line_bytes: int = 1 << 20) -> ClockMap | None:
+    """The log clock's stretches over `ranges` (oldest first, the last one ending at the end of `path`, the
+    log's last complete line) and where each lies in real time; None when they hold no timestamp.
+
+    The newest stretch is placed by the file's mtime (`_zone_offset`), never after `now`. Each older stretch
+    ends where the one after it begins: a step back is taken to have happened between two lines, the gap
+    between them as none (a DST fall-back is an hour less 1 s of batch-line spacing; a sparse log's gap is
+    lost, which puts that stretch nearer the next, never after it). `now` is the reader's clock reading."""
+    stretches: list[list[float]] = []          # [first, last] timestamp of each stretch
+    clock = ClockSteps()
+    for ts in _timestamps(ranges, max_line_bytes):
+        if clock.step(ts) or not stretches:
+            stretches.append([ts, ts])
+        else:
+            stretches[-1][1] = ts
+    mtime = _mtime_on(path, now)
+    if not stretches or mtime is None:
+        return None
+    newest = stretches[-1][1]
+    offset = _zone_offset(mtime - newest)
     if now is not None:
-        mtime = now - (time.time() - mtime)
-    diff = mtime - ts
-    zone = round(diff / _ZONE_STEP) * _ZONE_STEP
-    return zone if abs(diff - zone) <= _ZONE_SLACK else diff
+        offset = min(offset, now - newest)
+    offsets = [offset]
+    for k in range(len(stretches) - 2, -1, -1):
+        offset += stretches[k + 1][0] - stretches[k][1]
+        offsets.append(offset)
+    offsets.reverse()
+    return ClockMap(offsets)
 
 
 def complete_end(path: str) -> tuple[int, int, int] | None:

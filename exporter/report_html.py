@@ -1,6 +1,7 @@
 """`analyze --format html`: one self-contained HTML file (inline SVG charts from matplotlib, no script, no
-network) with the verdict and advice on top, charts with thresholds, fired intervals and event markers,
-per-rank views, the start-up configuration and the parser's coverage.
+network) with the verdict and advice on top (each fired signal with its runbook), charts with thresholds, fired
+intervals and event markers, per-rank views, the start-up configuration and the parser's coverage. The time
+axis is the status page's (svg_chart.time_ticks): labels that say something from seconds to weeks.
 
 matplotlib is an optional extra (`pip install 'sglang-exporter[html]'`).
 """
@@ -8,18 +9,20 @@ from __future__ import annotations
 
 import html
 import io
-import math
 import re
 from datetime import datetime, timezone
 from typing import Any
 
-from exporter.analyze_text import format_value
+from exporter.analyze_text import format_value, release_text
 from exporter.analyze_text import headline as headline_text
 from exporter.catalog import SIGNALS_BY_ID
 from exporter.failures import STAGE_TEXT
+from exporter.svg_chart import decimate as _decimate
+from exporter.svg_chart import time_ticks
 
 MAX_POINTS = 1200          # buckets per chart; each keeps its min and max so peaks survive
 MAX_RANK_LINES = 16
+PLOT_WIDTH_PX = 700        # of the 960 px figure, what the axis gets at the least (legend and labels take the rest)
 _MARKER_STYLE = {"oom": ("#c0392b", "OOM"), "restart": ("#2471a3", "restart"), "watchdog": ("#d35400", "watchdog"),
                  "crash": ("#7d3c98", "crash")}
 # which fired signals are shaded on which chart
@@ -31,23 +34,8 @@ _SHADE = {"queue": ("queue_below_range", "queue_above_range", "stalled"),
 
 
 def decimate(t: list, y: list, buckets: int = MAX_POINTS) -> tuple[list, list]:
-    """Min-max decimation: at most 2 points per bucket, keeping each bucket's extremes (peaks of queue and
-    retractions must survive downsampling). None values are dropped."""
-    pts = [(a, b) for a, b in zip(t, y) if b is not None and not (isinstance(b, float) and math.isnan(b))]
-    if len(pts) <= 2 * buckets:
-        return [p[0] for p in pts], [p[1] for p in pts]
-    out_t, out_y = [], []
-    size = len(pts) / buckets
-    for i in range(buckets):
-        chunk = pts[int(i * size):int((i + 1) * size)]
-        if not chunk:
-            continue
-        lo = min(chunk, key=lambda p: p[1])
-        hi = max(chunk, key=lambda p: p[1])
-        for p in sorted({lo, hi}):
-            out_t.append(p[0])
-            out_y.append(p[1])
-    return out_t, out_y
+    """Min-max decimation to at most 2 points per bucket (svg_chart.decimate), MAX_POINTS buckets by default."""
+    return _decimate(t, y, buckets)
 
 
 def _dt(ts: float) -> Any:
@@ -60,7 +48,6 @@ def _chart(title: str, unit: str, series: list, t_all: list, report: dict, key: 
            hlines=(), band=None, ylim=None) -> str:
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.dates as mdates
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 2.6), dpi=96)
@@ -85,12 +72,19 @@ def _chart(title: str, unit: str, series: list, t_all: list, report: dict, key: 
     for m in report.get("series", {}).get("markers", [])[:500]:
         color, _ = _MARKER_STYLE.get(m["kind"], ("#555", m["kind"]))
         ax.axvline(_dt(m["t"]), color=color, linewidth=1.2, alpha=0.8)
+    t0, t1 = t_all[0], t_all[-1]
+    if t1 - t0 < 2:                  # one instant: a few seconds around it, so the axis has a scale
+        t0, t1 = t0 - 2, t1 + 2
+    ax.set_xlim(_dt(t0), _dt(t1))
+    ticks = time_ticks(t0, t1, width_px=PLOT_WIDTH_PX)
+    ax.set_xticks([_dt(t) for t, _ in ticks])
+    ax.set_xticklabels([label for _, label in ticks])
     if ylim:
         ax.set_ylim(*ylim)
     ax.set_title(title, loc="left", fontsize=11)
     ax.set_ylabel(unit, fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
+    ax.set_xlabel("UTC" if t_all[-1] - t_all[0] < 86400 else "date (UTC)", fontsize=8)
     ax.tick_params(labelsize=8)
     if drawn or band or hlines:
         ax.legend(loc="upper left", fontsize=7, framealpha=0.7, ncol=4)
@@ -112,7 +106,9 @@ def _params(report: dict, sid: str) -> dict | None:
 
 def render_html(report: dict) -> str:
     series = report.get("series") or {"t": []}
-    t = series.get("t", [])
+    # a log without timestamps is taken in file order at a made-up time: nothing to draw on a time axis
+    untimed = (report.get("layouts") or {}).get("clock") == "file order"
+    t = [] if untimed else series.get("t", [])
     charts = []
     if t:
         below, above = _params(report, "queue_below_range"), _params(report, "queue_above_range")
@@ -133,8 +129,13 @@ def render_html(report: dict) -> str:
             lines.append((freq["per_minute"], f"frequent > {freq['per_minute']:g}/min", "#f39c12"))
         if storm:
             lines.append((storm["per_minute"], f"storm ≥ {storm['per_minute']:g}/min", "#c0392b"))
-        charts.append(_chart("Retractions per minute", "per minute",
-                             [("retractions/min", series["retractions_per_minute"], "#2c3e50")], t, report,
+        # each signal's own value (signals.retraction_rate): the storm is judged over its shorter window
+        def over(sid: str) -> str:
+            return f"over {SIGNALS_BY_ID[sid].window_seconds / 60:g} min ({sid})"
+        rates = [(over("retractions_frequent"), series["retractions_per_minute"], "#2c3e50")]
+        if series.get("retraction_storm_per_minute"):
+            rates.append((over("retraction_storm"), series["retraction_storm_per_minute"], "#8e44ad"))
+        charts.append(_chart("Retractions per minute", "per minute", rates, t, report,
                              "retractions_per_minute", hlines=lines))
         charts.append(_chart("Generation throughput", "tokens/s",
                              [("gen throughput", series["gen_throughput"], "#2c3e50")], t, report, "gen_throughput"))
@@ -167,10 +168,11 @@ def _layouts(lay: dict | None) -> str:
     clock = ("<p>No line has a time: records are taken in file order; rates are unknown.</p>"
              if lay["clock"] == "file order" else
              f"<p>{lay['untimed']:,} records without a time, taken in file order.</p>" if lay["untimed"] else "")
-    return (f"<h3 id='layouts'>Layouts learned</h3><p>{share} of non-blank lines read as records{warn}.</p>"
-            f"<table><tr><th>prefix layout</th><th>records</th></tr>{rows}</table>"
+    # one block, kept on one printed page: its heading must not end a page with its tables on the next
+    return (f"<div class='layouts'><h3 id='layouts'>Layouts learned</h3><p>{share} of non-blank lines read as "
+            f"records{warn}.</p><table><tr><th>prefix layout</th><th>records</th></tr>{rows}</table>"
             + (f"<table><tr><th>skipped lines, by look</th><th>lines</th></tr>{skipped}</table>" if skipped else "")
-            + clock)
+            + clock + "</div>")
 
 
 def _page(report: dict, charts: list[str]) -> str:
@@ -194,8 +196,17 @@ def _page(report: dict, charts: list[str]) -> str:
         f"<td>{_esc(a['reason'])}</td></tr>"
         for a in report["advice"])
     advice = (f"<table class='advice'><tr><th>flag</th><th>action</th><th>current</th><th>suggested</th>"
-              f"<th>because of</th><th>why</th></tr>{advice_rows}</table>" if advice_rows
-              else "<p>No advice.</p>")
+              f"<th>because of</th><th>why</th></tr>{advice_rows}</table>" if advice_rows else "")
+    # every fired signal says where to go: a crash or a stall has a runbook even when no flag helps
+    advised = {sid for a in report["advice"] for sid in a["signals"]}
+    bare = [s for s in report["signals"] if s["fired"] and s["id"] not in advised]
+    if bare:
+        advice += "<ul class='runbooks'>" + "".join(
+            f"<li><code>{_esc(s['id'])}</code> ({_esc(s['title'])}): no flag to change; follow its "
+            + (f"<a href='{_esc(s['runbook_url'])}'>runbook</a>" if s.get("runbook_url") else "runbook")
+            + "</li>" for s in bare) + "</ul>"
+    if not advice:
+        advice = "<p>No advice.</p>"
     sig_rows = []
     for s in report["signals"]:
         if not s["active"]:
@@ -206,7 +217,10 @@ def _page(report: dict, charts: list[str]) -> str:
             when += f"; +{len(ivs) - 5} more"
         state = "fired" if s["fired"] else ("ok" if s.get("known") else "unknown: " + (s["detail"] or "not judged"))
         worst = format_value(s["worst"], s["unit"], missing="–")
-        sig_rows.append(f"<tr class='{'fired' if s['fired'] else 'quiet'}'><td>{_esc(s['title'])}</td>"
+        title = _esc(s["title"])
+        if s["fired"] and s.get("runbook_url"):
+            title = f"<a href='{_esc(s['runbook_url'])}'>{title}</a> <small>(runbook)</small>"
+        sig_rows.append(f"<tr class='{'fired' if s['fired'] else 'quiet'}'><td>{title}</td>"
                         f"<td>{_esc(s['severity'])}</td><td>{_esc(state)}</td><td>{worst}</td>"
                         f"<td>{when or '–'}</td></tr>")
     startup = report["startup"]
@@ -218,7 +232,7 @@ def _page(report: dict, charts: list[str]) -> str:
                  f"(rule of thumb 5–8 GiB)</td></tr>" if headroom is not None else "")
     lines = report["lines"]
     unparsed = "".join(f"<tr><td>{_esc(k)}</td><td>{v:,}</td></tr>" for k, v in sorted(lines["unparsed"].items()))
-    events = "".join(f"<tr><td>{_esc(k)}</td><td>{v:,}</td></tr>" for k, v in report["events"].items())
+    events = "".join(f"<tr><td>{_esc(k)}</td><td>{v:,}</td></tr>" for k, v in report["records"].items())
     legend = " ".join(f"<span style='color:{c}'>▎{n}</span>" for c, n in _MARKER_STYLE.values())
     span = report["span"]
     when = "no timestamps" if span["start"] is None else \
@@ -228,7 +242,7 @@ def _page(report: dict, charts: list[str]) -> str:
 <header><h1>{_esc(title)}</h1>
 <p class="meta">{when}
 · profile <b>{_esc(report['profile'])}</b>
-· format {_esc(report['format_family'] or 'unknown')} · model {_esc(report['model'] or 'unknown')}
+· SGLang release {_esc(release_text(report.get('server')))} · model {_esc(report['model'] or 'unknown')}
 · restarts {report['restarts']}</p></header>
 <section id="verdict" class="verdict {_esc(verdict.replace(' ', '-'))}"><h2>Verdict: {_esc(verdict.upper())}</h2>
 <p>{headline}</p>{failures}<p class="meta">{counts}</p></section>
@@ -249,7 +263,9 @@ table{border-collapse:collapse;margin:6px 0 14px}td,th{border:1px solid #ddd;pad
 text-align:left;vertical-align:top}.verdict{padding:8px 14px;border-radius:6px}.verdict.healthy{background:#eafaf1}
 .verdict.problems,.verdict.failed{background:#fdedec}
 .verdict.insufficient-data{background:#fef9e7}tr.fired td{background:#fef5e7}figure.chart{margin:0 0 8px}
-figure.chart svg{width:100%;height:auto}.legend{font-size:12px;color:#555}"""
+figure.chart svg{width:100%;height:auto}.legend{font-size:12px;color:#555}
+@media print{body{margin:0;max-width:none}h2,h3{break-after:avoid}figure.chart,tr,.layouts{break-inside:avoid}
+section{break-inside:auto}}"""
     doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)}</title>"
            f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
            f"img-src data:\"><style>{css}</style></head><body>{body}</body></html>\n")

@@ -19,10 +19,11 @@ import math
 import socket
 import ssl
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.parser import text_fd_to_metric_families
 
 from exporter.catalog import VALUE_RANGES
 from exporter.catalog_native import NATIVE_VALUES, SERIES_FILTERS
@@ -38,7 +39,14 @@ _SERIES_GAUGES = frozenset(v.name for v in NATIVE_VALUES if v.per_series)    # a
 MAX_GAUGE_SERIES = 64  # series kept per split gauge (phases, sources)
 MAX_SEEN = 512         # SGLang family names kept per scrape (to tell the release's families; bounded)
 HISTOGRAMS = tuple(f for v in NATIVE_VALUES if v.kind == "histogram" for f in v.families)
-REJECT_REASONS = ("non_finite", "out_of_range", "bad_le")
+REJECT_REASONS = ("non_finite", "out_of_range", "bad_le", "too_many_series")
+# what one scrape keeps is bounded whatever the page (a page is parsed as it arrives, so its size alone costs
+# no memory): rank label sets, series per counter, bucket bounds per histogram. SGLang's own page has a few of
+# each; past a bound the samples are rejected as too_many_series (a counter or histogram past it is dropped
+# whole: a sum or a distribution missing a part would be wrong)
+MAX_SCRAPE_RANKS = 256
+MAX_COUNTER_SERIES = 4096
+MAX_BUCKETS = 256
 MAX_REASON = 200       # characters of a failure reason (it may quote what the peer sent)
 
 
@@ -88,8 +96,12 @@ def _believable(res: ScrapeResult, kind: str, value) -> bool:
         if low <= v <= high:
             return True
         reason = "out_of_range"
-    res.rejected[reason] = res.rejected.get(reason, 0) + 1
+    _reject(res, reason)
     return False
+
+
+def _reject(res: ScrapeResult, reason: str, n: int = 1) -> None:
+    res.rejected[reason] = res.rejected.get(reason, 0) + n
 
 
 def _bucket_bound(res: ScrapeResult, le: str) -> float | None:
@@ -104,36 +116,110 @@ def _bucket_bound(res: ScrapeResult, le: str) -> float | None:
     return bound
 
 
+class NotExposition(ValueError):
+    """The page is not in the Prometheus text format; the message is the parser's."""
+
+
 def parse_exposition(text: str) -> ScrapeResult:
-    """Normalise one /metrics text. Raises ValueError on text that is not the Prometheus format.
+    """Normalise one /metrics text. Raises ValueError (NotExposition) on text that is not the Prometheus format.
 
     A gauge sample out of range is dropped alone; a bad sample of a counter or histogram drops that counter or
     histogram from this result (a sum or a distribution missing a part would be wrong, not just smaller)."""
-    res = ScrapeResult(success=True)
-    counters: dict[str, dict] = {}
-    for fam in text_string_to_metric_families(text):
-        res.families += 1
+    fold = _Fold()
+    fold.read(io.StringIO(text))
+    return fold.result()
+
+
+def _parts(lines: Iterable[str]) -> Iterator[str]:
+    """`lines` with every family longer than FAMILY_PART samples cut into parts. The parser holds a family's
+    samples until the family ends, so one family as large as the page would be held whole (~10 bytes of
+    Python objects per byte of text); a cut is a HELP line of an empty family named _CUT, after which the
+    family's own HELP and TYPE lines are given again and its samples go on. The folding adds parts up."""
+    head_name: str | None = None
+    head: list[str] = []
+    samples = 0
+    for line in lines:
+        if line.startswith("#"):
+            words = line.split(None, 3)
+            if len(words) >= 3 and words[1] in ("HELP", "TYPE"):
+                if words[2] != head_name:
+                    head_name, head = words[2], []
+                head.append(line)
+                samples = 0
+        elif line.strip():
+            if head and samples >= FAMILY_PART:
+                yield f"# HELP {_CUT}\n"
+                yield from head
+                samples = 0
+            samples += 1
+        yield line
+
+
+FAMILY_PART = 2000     # samples of one family handed to the parser at once (bounds its memory)
+_CUT = "sglang_exporter_cut"
+
+
+class _Fold:
+    """Folds the families of one page, as the parser yields them, into a ScrapeResult."""
+
+    def __init__(self) -> None:
+        self.res = ScrapeResult(success=True)
+        self.counters: dict[str, dict | None] = {}   # "<our name>:<family rank>" -> series (None: a bad sample)
+        self.bad_histograms: set[str] = set()
+        self._last = ""
+
+    def read(self, lines: Iterable[str]) -> None:
+        """Parse and fold `lines`. Errors of the text become NotExposition; whatever the line source raises
+        (a timeout, a reply too large, a connection reset) passes through as it is."""
+        families = iter(text_fd_to_metric_families(_parts(lines)))  # type: ignore[arg-type]  # any iterable
+        while True:
+            try:
+                fam = next(families)
+            except StopIteration:
+                return
+            except (_Failed, OSError, http.client.HTTPException):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the parser's errors are not all ValueError
+                raise NotExposition(str(exc)) from None
+            self.family(fam)
+
+    def family(self, fam) -> None:
+        res = self.res
+        if fam.name == _CUT:
+            return
+        if fam.name != self._last:          # the parts of one cut family are one family
+            res.families += 1
+            self._last = fam.name
         short = _short(fam.name)
         if short is None:
-            continue
+            return
         if short.endswith("_total"):
             short = short[:-len("_total")]
         if len(res.seen) < MAX_SEEN:
             res.seen.add(short)
         for ours, kind, rank in _BY_FAMILY.get(short, ()):
-            _read_family(res, fam, short, ours, kind, rank, counters)
-    for ours in _COUNTERS:
-        present = sorted(k for k in counters if k.startswith(ours + ":"))
-        if present:
-            series = counters[present[0]]
-            res.counter_series[ours] = series
-            res.counters[ours] = sum(series.values())
-            res.present.add(ours)
-    return res
+            _read_family(self, fam, short, ours, kind, rank)
+
+    def result(self) -> ScrapeResult:
+        res = self.res
+        for short in self.bad_histograms:
+            res.histograms.pop(short, None)
+        for short in res.histograms:
+            res.present.update(ours for ours, _, _ in _BY_FAMILY.get(short, ()))
+        counters = {k: v for k, v in self.counters.items() if v is not None}
+        for ours in _COUNTERS:
+            present = sorted(k for k in counters if k.startswith(ours + ":"))
+            if present:
+                series = counters[present[0]]
+                res.counter_series[ours] = series
+                res.counters[ours] = sum(series.values())
+                res.present.add(ours)
+        return res
 
 
-def _read_family(res: ScrapeResult, fam, short: str, ours: str, kind: str, rank: int, counters: dict) -> None:
-    """Fold one SGLang family into value `ours` of the result."""
+def _read_family(fold: _Fold, fam, short: str, ours: str, kind: str, rank: int) -> None:
+    """Fold one SGLang family (or one part of it) into value `ours` of the result."""
+    res = fold.res
     if kind == "gauge":
         for s in fam.samples:
             if s.labels.get("priority"):     # per-priority series repeat the total (priority="")
@@ -144,7 +230,13 @@ def _read_family(res: ScrapeResult, fam, short: str, ours: str, kind: str, rank:
                 split = res.gauge_series.setdefault(ours, {})
                 if len(split) < MAX_GAUGE_SERIES:
                     split[tuple(sorted(s.labels.items()))] = s.value
-            vals = res.ranks.setdefault(_rank(s.labels), {})
+            rank_key = _rank(s.labels)
+            vals = res.ranks.get(rank_key)
+            if vals is None:
+                if len(res.ranks) >= MAX_SCRAPE_RANKS:
+                    _reject(res, "too_many_series")
+                    continue
+                vals = res.ranks[rank_key] = {}
             if ours == "cuda_graph":
                 vals[ours] = bool(s.value)
             elif ours in _SUMMED_GAUGES:
@@ -162,11 +254,16 @@ def _read_family(res: ScrapeResult, fam, short: str, ours: str, kind: str, rank:
                     buckets = None
                 elif buckets is not None:
                     buckets[le] = buckets.get(le, 0.0) + s.value
-        if buckets is not None:
+        if buckets is None:
+            fold.bad_histograms.add(short)
+        elif short not in fold.bad_histograms:
             merged = res.histograms.setdefault(short, {})
             for le, n in buckets.items():
                 merged[le] = merged.get(le, 0.0) + n
-            res.present.add(ours)
+            if len(merged) > MAX_BUCKETS:
+                _reject(res, "too_many_series", len(merged))
+                fold.bad_histograms.add(short)
+                res.histograms.pop(short)
     else:
         series: dict | None = {}
         label, wanted = SERIES_FILTERS.get(ours, (None, None))
@@ -178,10 +275,19 @@ def _read_family(res: ScrapeResult, fam, short: str, ours: str, kind: str, rank:
             if not _believable(res, ours, s.value):
                 series = None
             elif series is not None:
-                key = tuple(sorted(s.labels.items()))
-                series[key] = series.get(key, 0.0) + s.value
-        if series is not None and (label is None or series):
-            counters[f"{ours}:{rank}"] = series
+                labels = tuple(sorted(s.labels.items()))
+                series[labels] = series.get(labels, 0.0) + s.value
+        key = f"{ours}:{rank}"
+        if series is None:
+            fold.counters[key] = None
+        elif series or (label is None and key not in fold.counters):
+            kept = fold.counters.setdefault(key, {})
+            if kept is not None:
+                for k, v in series.items():
+                    kept[k] = kept.get(k, 0.0) + v
+                if len(kept) > MAX_COUNTER_SERIES:
+                    _reject(res, "too_many_series", len(kept))
+                    fold.counters[key] = None
 
 
 # ------------------------------------------------------------------------------------------------ fetching
@@ -222,8 +328,9 @@ class _DeadlineSocket:
         return io.BufferedReader(_DeadlineReader(self.sock, self.deadline))
 
 
-def _fetch(url: str, deadline: float, timeout: float, max_bytes: int) -> bytes:
-    """The body of a 2xx reply to GET `url`, read whole before `deadline`; raises on anything else."""
+def _fetch(url: str, deadline: float, timeout: float, max_bytes: int) -> ScrapeResult:
+    """GET `url`: a 2xx reply's body parsed and folded as it arrives (never held whole), all of it before
+    `deadline`; raises on anything else."""
     try:
         u = urlsplit(url)
         host, port = u.hostname or "", u.port
@@ -248,20 +355,41 @@ def _fetch(url: str, deadline: float, timeout: float, max_bytes: int) -> bytes:
         length = resp.getheader("Content-Length")
         if length and length.isascii() and length.isdigit() and int(length) > max_bytes:
             raise _Failed(f"too large: Content-Length {int(length)} over {max_bytes} bytes")
-        chunks, size = [], 0
-        while True:
-            chunk = resp.read1(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > max_bytes:
-                raise _Failed(f"too large: body over {max_bytes} bytes")
-        if resp.length:       # http.client ends a body cut short by the peer quietly
-            raise http.client.IncompleteRead(b"", resp.length)
-        return b"".join(chunks)
+        fold = _Fold()
+        fold.read(_body_lines(resp, deadline, timeout, max_bytes))
+        return fold.result()
     finally:
         conn.close()
+
+
+def _body_lines(resp: http.client.HTTPResponse, deadline: float, timeout: float, max_bytes: int) -> Iterator[str]:
+    """The body's lines as they arrive, at most `max_bytes` in all. The deadline is checked before every read,
+    so it covers the parsing and folding done between reads as well as the peer's pace."""
+    buf = bytearray()
+    size = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise _Failed(f"timeout: the page was not read and parsed within {timeout:g} s")
+        chunk = resp.read1(_READ)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > max_bytes:
+            raise _Failed(f"too large: body over {max_bytes} bytes")
+        buf += chunk
+        end = buf.rfind(b"\n") + 1
+        if end:
+            lines = bytes(buf[:end - 1]).decode("utf-8", errors="replace").split("\n")
+            del buf[:end]
+            for line in lines:
+                yield line + "\n"
+    if resp.length:       # http.client ends a body cut short by the peer quietly
+        raise http.client.IncompleteRead(b"", resp.length)
+    if buf:
+        yield buf.decode("utf-8", errors="replace")
+
+
+_READ = 1 << 16        # bytes per read of a /metrics body
 
 
 def _printable(text: str) -> str:
@@ -273,6 +401,8 @@ def _reason(exc: BaseException, timeout: float) -> str:
     """A failure's reason: a stable category, then what the peer did."""
     if isinstance(exc, _Failed):
         text = str(exc)
+    elif isinstance(exc, NotExposition):
+        text = f"not an exposition: {exc}"
     elif isinstance(exc, TimeoutError):          # socket.timeout too
         text = f"timeout: no complete reply within {timeout:g} s"
     elif isinstance(exc, ConnectionRefusedError):
@@ -304,14 +434,9 @@ def scrape(url: str, timeout: float, max_bytes: int) -> ScrapeResult:
     """GET `url` (SGLang's /metrics) within `timeout` seconds and at most `max_bytes`. Never raises."""
     start = time.monotonic()
     try:
-        body = _fetch(url, start + timeout, timeout, max_bytes)
+        res = _fetch(url, start + timeout, timeout, max_bytes)
     except Exception as exc:  # noqa: BLE001 - whatever the peer does, a scrape ends with a reason
         res = ScrapeResult(False, error=_reason(exc, timeout))
-    else:
-        try:
-            res = parse_exposition(body.decode("utf-8", errors="replace"))
-        except Exception as exc:  # noqa: BLE001 - the parser's errors are not all ValueError
-            res = ScrapeResult(False, error=_printable(f"not an exposition: {exc}")[:MAX_REASON])
     res.duration = time.monotonic() - start
     return res
 

@@ -1,11 +1,11 @@
-"""The HTTP face: /metrics, /api/v1/signals, /healthz, /readyz and a landing page, with optional TLS and
-basic auth from a web-config file (the exporter-toolkit keys: tls_server_config, basic_auth_users)."""
+"""The HTTP face: /metrics, /api/v1/signals, /healthz, /readyz, the status page at / and the runbooks under
+/runbooks/ (HTML, and the markdown for tooling), with optional TLS and basic auth from a web-config file (the
+exporter-toolkit keys: tls_server_config, basic_auth_users)."""
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
-import html
 import json
 import logging
 import os
@@ -18,8 +18,8 @@ import time
 import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
 
-from exporter import __version__
-from exporter.catalog import RUNBOOK_BASE, SIGNALS_BY_ID
+from exporter import markdown_html, status_page
+from exporter.catalog import RUNBOOK_BASE, SIGNALS_BY_ID, runbook_url
 from exporter.config import ConfigError
 from exporter.engine import SERVING_SIGNALS, verdict
 from exporter.expose import SidecarCollector
@@ -41,7 +41,7 @@ def signals_document(view, runbook_base: str = RUNBOOK_BASE) -> dict:
             "value": j.value, "unit": sig.value_unit, "detail": j.detail,
             "since": h.since if h else None,
             "advice": [a.flag for a in sig.advice],
-            "runbook_url": f"{runbook_base.rstrip('/')}/{sig.alert.name}.md" if sig.alert else "",
+            "runbook_url": runbook_url(sig.alert.name, runbook_base) if sig.alert else "",
             "runbook": f"{RUNBOOKS}{sig.alert.name}.md" if sig.alert else None,   # served by this sidecar
             "cause": {"class": j.cause[0], "line": j.cause[1]} if j.firing and j.cause else None,
         })
@@ -184,18 +184,7 @@ _PROBES = ("/healthz", "/readyz")
 _ROUTES = ("/metrics", "/api/v1/signals", "/")
 RUNBOOKS = "/runbooks/"      # + <AlertName>.md: the runbooks, rendered for this sidecar's own thresholds
 _TEXT = "text/plain; charset=utf-8"
-
-
-def _landing(sidecar) -> str:
-    cfg = sidecar.config
-    rows = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in cfg.log_files) or "<li>none</li>"
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>sglang-exporter</title></head><body>"
-            f"<h1>sglang-exporter {__version__}</h1><p>Profile: <b>{html.escape(cfg.profile)}</b>. "
-            f"SGLang /metrics: <code>{html.escape(cfg.sglang_url or 'not scraped')}</code>.</p>"
-            f"<p>Log files:</p><ul>{rows}</ul><ul><li><a href='/metrics'>/metrics</a></li>"
-            f"<li><a href='/api/v1/signals'>/api/v1/signals</a> (JSON)</li><li><a href='/healthz'>/healthz</a>"
-            f"</li><li><a href='/readyz'>/readyz</a></li><li><a href='{RUNBOOKS}index.md'>{RUNBOOKS}</a> "
-            f"(the alerts' runbooks)</li></ul></body></html>")
+_HTML = "text/html; charset=utf-8"
 
 
 class App:
@@ -210,18 +199,27 @@ class App:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ProcessCollector(registry=None))
         self.registry.register(SidecarCollector(sidecar))
-        self._runbooks: dict[str, bytes] | None = None
+        self._runbooks: dict[str, str] | None = None
 
-    def runbook(self, name: str) -> bytes | None:
-        """A runbook page by file name (`SGLangRetractionStorm.md`, `index.md`), rendered once from the catalog
-        and this sidecar's configuration, so its thresholds are the ones in force here."""
+    def runbook(self, name: str) -> tuple[bytes, str] | None:
+        """A runbook by its name under /runbooks/: `X.md` the markdown (for tooling), `X.html` the page for
+        people, `` (the folder) or `index.html` the list, `index.md` the list as markdown. Rendered once from the
+        catalog and this sidecar's configuration, so its thresholds are the ones in force here."""
         if self._runbooks is None:
             from exporter.generate import runbooks  # generation code: loaded on the first runbook asked for
             pages = runbooks.render(self.sidecar.config)
-            self._runbooks = {path.rsplit("/", 1)[-1]: text.encode() for path, text in pages.items()}
-            self._runbooks.setdefault("index.md", "".join(
-                f"- [{name[:-3]}]({name})\n" for name in sorted(self._runbooks)).encode())
-        return self._runbooks.get(name)
+            self._runbooks = {path.rsplit("/", 1)[-1]: text for path, text in pages.items()}
+            self._runbooks["index.md"] = self._runbooks["README.md"]     # the list, under both names
+        if name.endswith(".md") and name in self._runbooks:
+            return self._runbooks[name].encode(), "text/markdown; charset=utf-8"
+        stem = "index" if name == "" else name.removesuffix(".html") if name.endswith(".html") else None
+        text = self._runbooks.get(f"{stem}.md") if stem else None
+        if text is None:
+            return None
+        nav = ("<a href='../'>status</a> · <a href='./'>all runbooks</a>" if stem != "index"
+               else "<a href='../'>status</a>")
+        nav += f" · <a href='{stem}.md'>markdown</a>"
+        return markdown_html.page(f"{stem} – sglang-exporter runbooks", text, nav).encode(), _HTML
 
     def handle(self, request: Request, reply) -> None:
         if request.path in _PROBES:
@@ -242,7 +240,13 @@ class App:
     def _probe(self, path: str) -> Response:
         if path == "/readyz":
             ok = self.sidecar.ready()
-            return Response(200 if ok else 503, b"ready\n" if ok else b"starting\n")
+            body = "ready\n" if ok else "starting\n"
+            # the sources that are down, with why, for the person who curls it; probes need no credentials,
+            # so under basic auth the body names nothing (as /healthz's)
+            down = getattr(self.sidecar, "sources_down", None)
+            if down is not None and self.auth is None:
+                body += "".join(f"{line}\n" for line in down())
+            return Response(200 if ok else 503, body.encode())
         healthy = getattr(self.sidecar, "healthy", None)     # older Sidecars have no self-check: healthy
         ok, reason = healthy() if healthy is not None else (True, "")
         if ok:
@@ -272,14 +276,22 @@ class App:
             page = self.runbook(path[len(RUNBOOKS):])
             if page is None:
                 return Response(404, b"not found\n")
-            return Response(200, page, "text/markdown; charset=utf-8")
+            return Response(200, page[0], page[1])
         if path == "/metrics":
             return Response(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
         if path == "/api/v1/signals":
             document = signals_document(self.sidecar.view(), self.sidecar.config.alerts.runbook_base_url)
             body = json.dumps(document, indent=1, default=str).encode()
             return Response(200, body, "application/json")
-        return Response(200, _landing(self.sidecar).encode(), "text/html; charset=utf-8")
+        return Response(200, self.status_page().encode(), _HTML)
+
+    def status_page(self) -> str:
+        """The page at / (status_page.py), built from the same document the API serves."""
+        sidecar = self.sidecar
+        view = sidecar.view()
+        doc = signals_document(view, sidecar.config.alerts.runbook_base_url)
+        return status_page.render(doc, sidecar.recent_samples(), sidecar.engine.params, view.ranks,
+                                  view.snapshot.now)
 
 
 def _only_get(request: Request) -> Response | None:

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter import __version__, checkpoint, startup
-from exporter.catalog import SIGNALS_BY_ID
 from exporter.config import Config
 from exporter.engine import Engine, Snapshot
 from exporter.ingest.follower import Follower
 from exporter.ingest.pipeline import Sources as LogSources
+from exporter.recent import Recent
 from exporter.scrape import metrics_url, scrape
+from exporter.signals import retractions_per_minute
 from exporter.source_health import SourceHealth, SourceStatus, log_source_problem
 from exporter.startup import LOG_POLL_BUDGET  # noqa: F401 - re-exported (tests/test_memory.py)
 
@@ -81,6 +82,7 @@ class Sidecar:
         self._scrape_ok_t: float | None = None    # clock time of the last good scrape
         self._scrape_done_t = clock()             # ... of the last scrape that finished, good or not
         self.health = SourceHealth()              # every source's up/down with its reason; logs the changes
+        self.recent = Recent()                    # the status page's last hour, sampled at evaluation time
         self.scrape_tried = not config.sglang_url
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -91,14 +93,27 @@ class Sidecar:
         self.heartbeat: dict[str, float] = {}      # worker -> monotonic time of its last completed iteration
         self._next_save = 0.0
         self._saved: checkpoint.Checkpoint | None = None   # the last Checkpoint written (or loaded)
+        self._save_problem: str | None = None    # why the last save failed (warned once per change of it)
+        self.positions_lock: int | None = None   # the positions file's lock (checkpoint.claim), held until shutdown
+        self._claimed = False
+
+    def claim_positions(self) -> None:
+        """Take the positions file for this sidecar (checkpoint.claim); raises checkpoint.PositionsInUse,
+        naming the holder, when another sidecar has it. `serve` calls it before binding its port."""
+        if self.config.positions_file and not self._claimed:
+            self.positions_lock = checkpoint.claim(self.config.positions_file)
+            self._claimed = True
 
     # ------------------------------------------------------------------ start-up
     def prepare(self) -> None:
         """Join every log at a fixed point and replay its history; call before serving HTTP (startup.py).
         After this returns, nothing written to a log can be taken for old content and skipped: a line is
         either history (replayed here, on the log's clock) or read by the follower later."""
+        self.claim_positions()
         if self.config.log_files:
             startup.join_and_replay(self)
+            with self.lock:                # a missing log is said now, in the sidecar's log, not at the first scrape
+                self._update_log_up(self.clock())
         self.prepared = True
 
     # ------------------------------------------------------------------ feeding
@@ -110,6 +125,7 @@ class Sidecar:
         now = self.clock()
         with self.lock:
             self.engine.ingest_items(items, now)
+            self.engine.state.format_family = self._format_family()   # it narrows the release (flags.py)
             self._update_log_up(now)
         self.save_positions()
 
@@ -126,7 +142,8 @@ class Sidecar:
             return
         self._next_save = now + self.config.positions_interval
         with self.lock:
-            cp = checkpoint.Checkpoint(self.follower.positions(), self.engine.state.counters(), self.clock())
+            cp = checkpoint.Checkpoint(self.follower.positions(), self.engine.state.counters(), self.clock(),
+                                       list(self.config.log_files))
         if self._saved is not None and (cp.positions, cp.counters) == (self._saved.positions, self._saved.counters):
             return
         try:
@@ -134,10 +151,22 @@ class Sidecar:
             self._saved = cp
         except OSError as exc:
             self._count_error("positions")
-            log.warning("positions file %s: cannot write (%s)", path, exc.strerror or exc)
+            self._save_failed(logging.WARNING, f"cannot write ({exc.strerror or exc})")
         except ValueError as exc:     # positions we would refuse to read back: a fault of ours, not the disk's
             self._count_error("positions")
-            log.error("positions file %s: not written, the positions are invalid (%s)", path, exc)
+            self._save_failed(logging.ERROR, f"not written, the positions are invalid ({exc})")
+        else:
+            if self._save_problem is not None:
+                log.info("positions file %s: written again", path)
+                self._save_problem = None
+
+    def _save_failed(self, level: int, problem: str) -> None:
+        """A failed save is logged once per change of its reason, not at every attempt (one every
+        positions_interval: ~17,000 identical lines a day); each one is counted in worker_errors."""
+        if problem != self._save_problem:
+            log.log(level, "positions file %s: %s; logged again only when this changes", self.config.positions_file,
+                    problem)
+            self._save_problem = problem
 
     def _update_log_up(self, now: float) -> None:
         f = self.follower
@@ -265,11 +294,16 @@ class Sidecar:
     def _evaluate_loop(self) -> None:
         # keeps signal history (since / intervals) moving even when nobody scrapes us
         while not self.stop.wait(self.config.evaluate_interval):
-            with self.lock:
-                now = self.clock()
-                self._update_metrics_up(now)
-                self.engine.evaluate(now)
+            self.evaluate_once()
             self.heartbeat["evaluate"] = time.monotonic()
+
+    def evaluate_once(self) -> None:
+        """One evaluation at the clock's now, and its sample of the status page's last hour."""
+        with self.lock:
+            now = self.clock()
+            self._update_metrics_up(now)
+            self.engine.evaluate(now)
+            self.recent.record(self.engine.state, now, self.engine.params)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         self.stop.set()
@@ -279,6 +313,8 @@ class Sidecar:
             if not any(t.name == "follow" and t.is_alive() for t in self.threads):
                 self.save_positions(force=True)
             self.follower.close()
+        checkpoint.release(self.positions_lock)
+        self.positions_lock = None
 
     def healthy(self) -> tuple[bool, str]:
         """Whether every worker runs: False and one word saying which (`<worker>_stopped`, `follow_stuck`,
@@ -304,7 +340,6 @@ class Sidecar:
             self._update_metrics_up(now)
             snap = self.engine.evaluate(now)
             st = self.engine.state
-            window = SIGNALS_BY_ID["retractions_frequent"].window_seconds
             logs = {}
             if self.follower is not None:
                 stuck = self._follow_stuck()
@@ -318,7 +353,7 @@ class Sidecar:
                 ranks={k: (v.queue, v.running, v.usage, v.throughput, v.cuda_graph) for k, v in st.ranks.items()},
                 max_running_requests=st.memory_config.get("max_running_requests"),
                 headroom_bytes=st.headroom_bytes,
-                retractions_per_minute=st.retractions_per_minute(now, window),
+                retractions_per_minute=retractions_per_minute(st, now, self.engine.params),
                 retractions_total=st.retractions_total,
                 retracted_requests_total=st.retracted_requests_total,
                 oom_total=dict(st.oom_total),
@@ -338,6 +373,11 @@ class Sidecar:
                 sources=self.health.snapshot(),
             )
 
+    def recent_samples(self) -> list[tuple]:
+        """The status page's charts: a copy of the last hour's samples (recent.py), taken under the lock."""
+        with self.lock:
+            return self.recent.samples(self.clock())
+
     def _scrape_view(self) -> dict | None:
         if self.last_scrape is None:
             return None
@@ -349,10 +389,19 @@ class Sidecar:
                 return sp.parser.format_family
         return ""
 
+    def sources_down(self) -> list[str]:
+        """One line per source that is down, with why (a missing log, SGLang's /metrics refused), for
+        /readyz's body: readiness itself does not depend on them (see `ready`)."""
+        with self.lock:
+            return [f"{st.label} is down: {st.reason}" for _, st in sorted(self.health.sources.items())
+                    if st.up is False]
+
     def ready(self) -> bool:
         """Ready once every log is joined at its position (or known missing) with its history replayed, and
         SGLang's /metrics was tried once. Nothing about traffic: a quiet SGLang must never make us unready.
 
         A down SGLang must not make us unready either: a ServiceMonitor would then stop scraping us, and the
-        "SGLang is down" signal would vanish with it."""
+        "SGLang is down" signal would vanish with it. The same holds for a missing log file (SGLang has not
+        written it yet, or the path is wrong): the sidecar still serves what it knows and says what is missing,
+        in its log at start-up, in /readyz's body (`sources_down`) and in the API's `sources`."""
         return self.prepared and self.scrape_tried

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, fields
 
-from exporter.catalog import SIGNALS
+from exporter.catalog import SIGNALS, SIGNALS_BY_ID
 from exporter.catalog_native import METRICS_ONLY, missing_metrics
 from exporter.failures import STAGE_TEXT
 from exporter.signals_serving import SERVING_JUDGES
@@ -70,8 +70,9 @@ def _judgement(sid: str, severity: str, firing, value, detail, cause, unsupporte
 _new = object.__new__
 assert [f.name for f in fields(Judgement)] == ["id", "severity", "firing", "value", "detail", "cause",
                                                "unsupported"], "_judgement sets every field of Judgement"
-_NO_METRICS = (None, None, "read from SGLang's /metrics only, and it is not scraped (no --sglang-url, or never "
-               "reached)", None, True)
+# said by the sidecar and by analyze alike: name what reads /metrics, not a flag the command at hand lacks
+_NO_METRICS = (None, None, "read from SGLang's /metrics only, and none is read here (a log replay has none; "
+               "the sidecar scrapes it when given SGLang's URL)", None, True)
 
 
 def evaluate(state: ServerState, params: dict, sources: Sources, now: float) -> dict[str, Judgement]:
@@ -204,16 +205,34 @@ def observed_window(state: ServerState, now: float, window: float, min_span: flo
     return min(window, max(now - state.observed_from, min_span))
 
 
+def retraction_rate(state: ServerState, now: float, window: float, min_span: float) -> tuple[float, float]:
+    """(retraction events per minute, the span in seconds it is taken over): the one definition of the rate.
+    The retraction signals' values, the gauge sglang_exporter_retractions_per_minute (via
+    `retractions_per_minute`) and the report's chart all come from here, so they agree at every instant."""
+    span = observed_window(state, now, window, min_span)
+    # retractions_per_minute() of an empty window is 0.0 over any positive span: most evaluations see no
+    # retraction, and the two retraction judges run at each
+    rate = state.retractions_per_minute(now, span) if state.retractions.items or not span > 0 else 0.0
+    return rate, span
+
+
+def retractions_per_minute(state: ServerState, now: float, params: dict,
+                           signal: str = "retractions_frequent") -> float:
+    """The rate a face shows for `signal` (the gauge and the chart: retractions_frequent's, whose window the
+    gauge documents): its value by `retraction_rate`, with the thresholds in force (`params`, per signal;
+    the catalog's when the profile or the configuration turns the signal off)."""
+    sig = SIGNALS_BY_ID[signal]
+    p = params.get(signal) or sig.defaults
+    return retraction_rate(state, now, sig.window_seconds, p.get("min_span_seconds", sig.window_seconds))[0]
+
+
 def _retractions(strict: bool):
     def judge(state, p, sources, now, window):
         if not (sources.log_up or (sources.metrics_up and not state.log_fed)):
             return None, None, "no live source of retraction events"
         if not state.clock_known:
             return None, None, "no timestamps: a rate needs the time between events"
-        span = observed_window(state, now, window, p.get("min_span_seconds", window))
-        # retractions_per_minute() of an empty window is 0.0 over any positive span: most evaluations see no
-        # retraction, and this judge runs twice at each
-        rate = state.retractions_per_minute(now, span) if state.retractions.items or not span > 0 else 0.0
+        rate, span = retraction_rate(state, now, window, p.get("min_span_seconds", window))
         firing = rate >= p["per_minute"] if strict else rate > p["per_minute"]
         if span < window:
             return firing, rate, ("{:.2f} retractions per minute over the {:.0f} s observed (shorter than the "

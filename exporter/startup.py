@@ -27,9 +27,16 @@ def join_and_replay(sc) -> None:
     history, build and join ``sc.follower``, read what was written while no sidecar ran, save positions."""
     cfg = sc.config
     saved = checkpoint.load(cfg.positions_file) if cfg.positions_file else None
+    foreign = checkpoint.written_for(saved, cfg.log_files) if saved is not None else None
+    if foreign:
+        # another sidecar's file (or this one's before its logs changed): continuing its counters would add
+        # another server's counts to ours
+        log.warning("positions file %s: %s, not for %s; its positions and counters are not used (starting "
+                    "fresh)", cfg.positions_file, foreign, ", ".join(cfg.log_files))
+        saved = None
     history = History(sc)
     start_at: dict = {}
-    counted: list = []           # (path, ranges, clock offset): replayed after the saved counters are restored
+    counted: list = []           # (path, ranges, placer): replayed after the saved counters are restored
     for path in _existing(cfg.log_files):
         end = readback.complete_end(path)
         if end is None:
@@ -38,12 +45,13 @@ def join_and_replay(sc) -> None:
         pos = (saved.positions.get(path) if saved else None)
         if pos is not None and _same_file(pos, dev, ino):
             # resuming: the lines before our position were counted (their counts are in the file); replay
-            # the start-up before it only for its facts and windows, then count from the position on
+            # the start-up before it only for its facts and windows, then count from the position on (the
+            # clock is mapped over both: what the follower reads next belongs to the same log clock)
             offset = min(int(pos.get("offset", 0)), size)
             ranges = readback.history(path, offset, cfg.readback_bytes, cfg.max_line_bytes)
-            clock = readback.clock_offset(path, size, sc.clock()) if ranges else None
+            placer = history.clock_for(path, [*ranges, (path, offset, size)])
             for file, first, last in ranges:
-                history.replay(file, first, last, clock)
+                history.replay(file, first, last, placer)
             continue
         if pos is not None:
             continue                  # rotated or truncated while we were down: the follower sorts it out
@@ -58,16 +66,16 @@ def join_and_replay(sc) -> None:
                          "at the end (start-up facts unknown until SGLang prints them)", path,
                          cfg.readback_bytes)
         if ranges:
-            counted.append((path, ranges, readback.clock_offset(path, size, sc.clock())))
+            counted.append((path, ranges, history.clock_for(path, ranges)))
         start_at[path] = position_at(path, size, dev, ino)
     if saved is not None:
         # the facts-only replays above counted lines the saved counters already hold: those win
         with sc.lock:
             sc.engine.state.restore_counters(saved.counters)
     replayed: dict[str, int] = {}
-    for path, ranges, offset in counted:
+    for path, ranges, placer in counted:
         for file, first, last in ranges:
-            replayed[path] = replayed.get(path, 0) + history.replay(file, first, last, offset)
+            replayed[path] = replayed.get(path, 0) + history.replay(file, first, last, placer)
     positions = dict(saved.positions) if saved else {}
     positions.update(start_at)
     # every file that exists now has a position: the follower's own from-start rule only concerns files
@@ -78,43 +86,62 @@ def join_and_replay(sc) -> None:
     for path, n in replayed.items():          # lines read is lines read, whoever read them
         if path in sc.follower.stats:
             sc.follower.stats[path].lines_read += n
-    # what was written while we were down (resumed sources) is history too: read it now, on its clock
-    offsets: dict = {}
+    # what was written while we were down (resumed sources) is history too: read it now, on its clock (a
+    # source resumed in a file rotated since, or whose map saw no timestamp, gets one from the current file's
+    # tail, once)
+    tails: set[str] = set()
     while True:
         for block in sc.follower.poll_blocks():
-            if block.source not in offsets:
-                end = readback.complete_end(block.source)
-                offsets[block.source] = (readback.clock_offset(block.source, end[0], sc.clock())
-                                         if end else None)
-            history.ingest(sc.log_sources.feed_blocks([block]), offsets[block.source])
+            placer = history.placers.get(block.source)
+            if placer is None and block.source not in tails:
+                tails.add(block.source)
+                placer = history.clock_for(block.source, _tail(block.source, readback.TAIL_BYTES))
+            history.ingest(sc.log_sources.feed_blocks([block]), placer)
         if not sc.follower.backlog:
             break
+    history.report()
     with sc.lock:
         sc.engine.evaluate(sc.clock())
     sc.save_positions(force=True)
 
 
 class History:
-    """Feeds a log's past into the sidecar's engine, each line at its log time moved to real time."""
+    """Feeds a log's past into the sidecar's engine, each line at its log time moved to real time, stretch by
+    stretch of the log's clock (readback.clock_map)."""
 
     def __init__(self, sc) -> None:
         self.sc = sc
         self.last_t: float | None = None      # the time given to the last replayed line
+        self.placers: dict[str, readback.Placer | None] = {}   # log path -> its clock (None: no timestamps)
+        self.steps: dict[str, int] = {}       # log path -> clock steps back in what is replayed of it
+        self.aged_out = 0                     # lines that could not be placed before now
 
-    def replay(self, path: str, start: int, end: int, offset: float | None) -> int:
-        """Lines [start, end) of a log, through its parser, into the engine on the log's clock (`offset`
-        seconds from it to real time; None: the log has no timestamps); returns how many."""
+    def clock_for(self, path: str, ranges: list[tuple[str, int, int]]) -> readback.Placer | None:
+        """The clock of log `path` over `ranges` (oldest first, ending at its last complete line), kept for
+        the lines of `path` read from here on."""
+        cmap = readback.clock_map(ranges, path, self.sc.clock(), self.sc.config.max_line_bytes)
+        placer = cmap.placer() if cmap is not None else None
+        self.placers[path] = placer
+        if cmap is not None and cmap.steps:
+            self.steps[path] = cmap.steps
+        return placer
+
+    def replay(self, path: str, start: int, end: int, placer: readback.Placer | None) -> int:
+        """Lines [start, end) of a log, through its parser, into the engine on the log's clock (`placer`; None:
+        the log has no timestamps); returns how many."""
         feed = self.sc.log_sources.feed_blocks
         lines = 0
         for block in read_range(path, start, end, self.sc.config.max_line_bytes):
             lines += len(block.texts)
-            self.ingest(feed([block]), offset)
-        self.ingest(self.sc.log_sources.flush(), offset)
+            self.ingest(feed([block]), placer)
+        self.ingest(self.sc.log_sources.flush(), placer)
         return lines
 
-    def ingest(self, items, offset) -> None:
-        """Items stamped at their log time moved to real time by `offset` (never later than now, never
-        before the previous item); items of a log without timestamps are placed out of every window."""
+    def ingest(self, items, placer: readback.Placer | None) -> None:
+        """Items stamped at their log time placed in real time by `placer` (never before the previous item).
+        An item that would land after now cannot be placed: it is aged out (given the previous item's time,
+        or put out of every window when it comes first), never pinned to now. Items of a log without
+        timestamps are placed out of every window too."""
         now = self.sc.clock()
         undated = now - HISTORY_UNDATED_AGE
         engine = self.sc.engine
@@ -124,13 +151,15 @@ class History:
             for item in items:
                 row = item.__class__ is tuple
                 ts = item[2] if row else item.ts
-                if ts is not None and isinstance(offset, (int, float)):
-                    t = min(ts + offset, now)
-                    if last is not None and t < last:
-                        t = last
-                    last = t
-                else:
+                t = placer.place(ts) if ts is not None and placer is not None else None
+                if t is None or t > now:
+                    if t is not None:
+                        self.aged_out += 1
                     t = last if last is not None else undated
+                elif last is not None and t < last:
+                    t = last
+                else:
+                    last = t
                 if first_t is None:
                     first_t = t
                 if row:
@@ -144,6 +173,15 @@ class History:
                 engine.state.observed_from = first_t if seen is None else min(seen, first_t)
         self.last_t = last
 
+    def report(self) -> None:
+        """One log line for what the replay had to make of the logs' clocks."""
+        for path, n in sorted(self.steps.items()):
+            log.info("log %s: its clock steps back %d time(s) in the history replayed (DST fall-back or NTP "
+                     "step); each stretch is placed in real time by itself", path, n)
+        if self.aged_out:
+            log.info("history: %d line(s) stamped after now could not be placed in real time; aged out",
+                     self.aged_out)
+
 
 HISTORY_UNDATED_AGE = 86400.0     # replayed lines without any timestamp land this far back: outside every window
 
@@ -155,6 +193,26 @@ def _existing(patterns) -> list[str]:
         paths = sorted(glob.glob(pat, recursive=True)) if any(c in pat for c in "*?[") else [pat]
         out += [p for p in paths if p not in out and os.path.isfile(p)]
     return out
+
+
+def _tail(path: str, budget: int) -> list[tuple[str, int, int]]:
+    """The last `budget` bytes of `path` up to its last complete line, from a line start: the range a clock
+    is mapped over when nothing else of the file is replayed."""
+    end = readback.complete_end(path)
+    if end is None:
+        return []
+    size = end[0]
+    start = max(0, size - budget)
+    if start:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return []
+        try:
+            start = readback.line_start(fd, start, 0)
+        finally:
+            os.close(fd)
+    return [(path, start, size)]
 
 
 def _same_file(pos: dict, dev: int, ino: int) -> bool:

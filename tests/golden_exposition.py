@@ -52,7 +52,7 @@ def render(tmp_path) -> tuple[str, str]:
     log = tmp_path / "sglang.log"
     log.write_text(LOG)
     clock = Clock(T)
-    sc = Sidecar(Config(log_files=(str(log),), from_start=True), clock=clock)
+    sc = Sidecar(Config(profile="offline", log_files=(str(log),), from_start=True), clock=clock)
     sc.poll_logs_once()
     clock.t += 1
     sc.poll_logs_once()          # idle pass flushes the pending multi-line record

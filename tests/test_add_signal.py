@@ -71,6 +71,8 @@ def test_a_new_signal_reaches_every_generated_output(toy_signal, tmp_path):
     assert "[SGLangToyQueueHigh](runbooks/SGLangToyQueueHigh.md)" in files["docs/alerts.md"]
     assert "| `toy_queue_high` |" in files["docs/signal-sources.md"]
     assert "SGLangToyQueueHigh" in files["deploy/kubernetes/base/prometheusrule-sglang-exporter.yaml"]
+    assert "SGLangToyQueueHigh" in files["deploy/kubernetes/components/sidecar/prometheusrule-sglang-exporter.yaml"]
+    assert "SGLangToyQueueHigh" in files["deploy/helm/sglang-exporter/templates/prometheusrule-sglang-exporter.yaml"]
     # and nothing else changed shape: the real signals' files are all still there
     assert set(generate.render(Config())) == set(files)
 

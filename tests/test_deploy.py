@@ -1,13 +1,15 @@
 """Kubernetes manifests (deploy/kubernetes), the image (Dockerfile) and their generated parts.
 
-Rendering: a tiny resolver of the kustomizations we ship (resources, `$patch: delete` patches, images), checked
-against `kubectl kustomize` where kubectl is installed. Schemas: kubernetes-validate, strict, for the oldest
+Rendering: tests/deploy_render.py (a tiny resolver of the kustomizations we ship: resources, `$patch: delete`
+patches, images), checked against `kubectl kustomize` where kubectl is installed; its `renderings()` lists every
+way the bundle can be deployed. Schemas: kubernetes-validate, strict, for the oldest
 Kubernetes with native sidecars on by default (1.29) and for their GA release (1.33). CRDs (PodMonitor,
 ServiceMonitor, PrometheusRule) have no schema there; their structure is checked here.
 """
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from deploy_render import WORKLOAD_KINDS, exporter_runs, kustomize, load_docs, pod_containers, renderings
 from helpers import IN_CI, require_tool
 
 from exporter import generate
@@ -34,44 +37,9 @@ CRD_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
 # ---------------------------------------------------------------- rendering
 
 
-def load_docs(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def render(directory: Path) -> list[dict]:
-    """kustomize build for the subset of kustomize our kustomizations use (asserted)."""
-    k = yaml.safe_load((directory / "kustomization.yaml").read_text())
-    unsupported = set(k) - {"apiVersion", "kind", "resources", "patches", "images"}
-    assert not unsupported, f"{directory}: the test resolver does not support {unsupported}"
-    objs: list[dict] = []
-    for res in k.get("resources", []):
-        p = (directory / res).resolve()
-        assert p.is_relative_to(directory.resolve()) or p.is_dir(), f"{res}: file outside the kustomization root"
-        objs += render(p) if p.is_dir() else load_docs(p)
-    for patch in k.get("patches", []):
-        body = yaml.safe_load(patch["patch"])
-        assert body.pop("$patch", None) == "delete", "only `$patch: delete` patches are supported"
-        before = len(objs)
-        objs = [o for o in objs if not (o["kind"] == body["kind"] and o["apiVersion"] == body["apiVersion"]
-                                        and o["metadata"]["name"] == body["metadata"]["name"])]
-        assert len(objs) == before - 1, f"patch matched nothing: {body}"
-    for img in k.get("images", []):
-        for o in objs:
-            for c in pod_containers(o):
-                name, _, tag = c["image"].partition(":")
-                if name == img["name"]:
-                    c["image"] = f"{img.get('newName', name)}:{img.get('newTag', tag)}"
-    return objs
-
-
-def pod_containers(obj: dict) -> list[dict]:
-    spec = obj.get("spec", {}).get("template", {}).get("spec")
-    return (spec.get("initContainers", []) + spec.get("containers", [])) if spec else []
-
-
 @pytest.fixture(scope="module", params=list(VARIANTS))
 def rendered(request) -> tuple[str, list[dict]]:
-    return request.param, render(VARIANTS[request.param])
+    return request.param, kustomize(VARIANTS[request.param])
 
 
 def one(objs, kind, name=None):
@@ -107,7 +75,7 @@ def test_resolver_agrees_with_kubectl_kustomize(variant):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     theirs = sorted((d for d in yaml.safe_load_all(r.stdout) if d), key=_key)
-    ours = sorted(render(VARIANTS[variant]), key=_key)
+    ours = sorted(kustomize(VARIANTS[variant]), key=_key)
     assert [_key(o) for o in theirs] == [_key(o) for o in ours]
     assert theirs == ours
 
@@ -124,7 +92,7 @@ def test_generated_files_are_fresh():
 
 
 def test_handoff_configmap_is_the_product_module():
-    cm = one(render(BASE), "ConfigMap", "sglang-handoff")
+    cm = one(kustomize(BASE), "ConfigMap", "sglang-handoff")
     assert cm["data"]["handoff.py"] == (ROOT / "exporter" / "ingest" / "handoff.py").read_text()
 
 
@@ -160,7 +128,7 @@ def test_prometheusrule_equals_generated_alerts(name, tmp_path):
         if IN_CI:
             pytest.fail(f"{src.relative_to(ROOT)} is missing")
         pytest.skip(f"{src.relative_to(ROOT)} not generated yet")
-    rule = one(render(BASE), "PrometheusRule", name)
+    rule = one(kustomize(BASE), "PrometheusRule", name)
     assert rule["apiVersion"] == MONITORING
     assert rule["spec"]["groups"] == yaml.safe_load(src.read_text())["groups"], "stale: run `sglang-exporter generate`"
     names = [g["name"] for g in rule["spec"]["groups"]]
@@ -175,7 +143,7 @@ def test_dashboards_configmap_matches_generated():
             pytest.fail("dashboards/sglang-dashboards.configmap.yaml is missing")
         pytest.skip("dashboards ConfigMap not generated yet")
     want = load_docs(src)
-    got = [o for o in render(BASE) if o["kind"] == "ConfigMap" and o["metadata"]["name"] in
+    got = [o for o in kustomize(BASE) if o["kind"] == "ConfigMap" and o["metadata"]["name"] in
            {d["metadata"]["name"] for d in want}]
     assert sorted(got, key=_key) == sorted(want, key=_key)
     for cm in got:
@@ -249,7 +217,7 @@ def test_exporter_is_a_native_sidecar(rendered):
     exp = exporter_container(objs)
     assert exp["restartPolicy"] == "Always"
     assert exp["args"][0] == "serve"
-    assert re.fullmatch(r"sglang-exporter:\d+\.\d+\.\d+", exp["image"])
+    assert exp["image"] == f"{kubernetes.EXPORTER_IMAGE}:{kubernetes.EXPORTER_IMAGE_TAG}"
 
 
 def test_exporter_security_context(rendered):
@@ -336,6 +304,13 @@ def test_log_handoff_wiring_and_disk_bound(rendered):
 # ---------------------------------------------------------------- image
 
 
+def dockerfile_instruction(text: str, name: str) -> list[str]:
+    """The exec-form (JSON) argument list of the last `name` instruction of the Dockerfile."""
+    found = re.findall(rf"^{name}\s+(\[.*?\])\s*$", text, re.M)
+    assert found, f"Dockerfile: no exec-form {name}"
+    return json.loads(found[-1])
+
+
 def test_dockerfile():
     text = (ROOT / "Dockerfile").read_text()
     args = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", text, re.M))
@@ -343,20 +318,54 @@ def test_dockerfile():
              for f in re.findall(r"^FROM\s+(\S+)", text, re.M)]
     assert froms and all(re.search(r":\d+\.\d+(\.\d+)?-slim", f) for f in froms), f"pin the base: {froms}"
     assert re.search(r"^USER\s+65532(:65532)?\s*$", text, re.M)
-    assert re.search(r'^ENTRYPOINT\s+\["sglang-exporter",\s*"serve"\]', text, re.M), "exec-form entrypoint"
+    # the image runs the CLI; its arguments are a whole command line, as the manifests give them
+    assert dockerfile_instruction(text, "ENTRYPOINT") == ["sglang-exporter"]
+    assert dockerfile_instruction(text, "CMD") == ["serve"]
     hc = re.search(r"^HEALTHCHECK.*?CMD\s+(\[.*?\])\s*$", text, re.M | re.S)
     code = "\n".join(x for x in text.splitlines() if not x.lstrip().startswith("#"))
-    assert hc and "python" in hc.group(1) and "curl" not in code and "wget" not in code
+    assert hc and json.loads(hc.group(1)) == ["sglang-exporter", "healthcheck"]
+    assert "curl" not in code and "wget" not in code
     assert "EXPOSE 10060" in text
     for label in ("org.opencontainers.image.source", "org.opencontainers.image.version",
-                  "org.opencontainers.image.licenses"):
+                  "org.opencontainers.image.licenses", "org.opencontainers.image.revision"):
         assert label in text
-    assert "requirements" in text or "==" in text, "pinned dependencies"
+    # a label may only use an ARG declared in its own stage (one declared before the first FROM is not)
+    final_stage = text[text.rindex("\nFROM "):]
+    for used in re.findall(r'^\s+org\.opencontainers\.[\w.]+="\$\{(\w+)\}"', final_stage, re.M):
+        assert re.search(rf"^ARG\s+{used}\b", final_stage, re.M), f"ARG {used} is empty in the final stage"
+    # one version everywhere: the image's label, the package, the tag the manifests pull
+    version = re.search(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert args["VERSION"] == version == kubernetes.EXPORTER_IMAGE_TAG
     lock = ROOT / "deploy" / "docker" / "requirements.txt"
     pins = [x for x in lock.read_text().splitlines() if x.strip() and not x.startswith("#")]
     assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][^ ]*( \\)?", p.strip()) or
                         p.strip().startswith("--hash") for p in pins), pins
     names = {p.split("==")[0].lower() for p in pins if "==" in p}
     assert {"prometheus-client", "watchdog", "pyyaml"} <= names
+    # the build backend is pinned and used as installed (no isolated build fetching an unpinned one)
+    backend = (ROOT / "deploy" / "docker" / "build-requirements.txt").read_text()
+    assert re.search(r"^setuptools==\d+\.\d+\.\d+$", backend, re.M)
+    assert "--no-build-isolation" in text and "build-requirements.txt" in text
     ignore = (ROOT / ".dockerignore").read_text().split()
     assert ".git" in ignore and "tests" in ignore
+    assert {"!deploy/docker/requirements.txt", "!deploy/docker/build-requirements.txt"} <= set(ignore)
+
+
+@pytest.mark.parametrize("name, docs", renderings(), ids=[name for name, _ in renderings()])
+def test_every_rendered_exporter_container_is_a_command_of_the_image(name, docs):
+    """The image's ENTRYPOINT followed by each rendered container's args is a command line the CLI accepts (the
+    image test runs them for real). The bug this keeps out: ENTRYPOINT `sglang-exporter serve` with args
+    `serve ...` exits 2 at once and the pod crash-loops."""
+    from exporter.cli import build_parser
+
+    entrypoint = dockerfile_instruction((ROOT / "Dockerfile").read_text(), "ENTRYPOINT")
+    runs = exporter_runs(docs)
+    # value sets that render no workload (the chart's sidecar snippet is printed by NOTES.txt, held equal to the
+    # new-deployment rendering's sidecar by tests/test_helm.py) have nothing to start
+    workloads = [d["kind"] for d in docs if d.get("kind") in WORKLOAD_KINDS]
+    assert runs or not workloads, f"{name}: workloads {workloads} but no exporter container"
+    for run in runs:
+        assert "command" not in run.container, f"{name} {run.workload}: the image's ENTRYPOINT is the command"
+        argv = (entrypoint + run.args)[1:]
+        parsed = build_parser(argv[0]).parse_args(argv)
+        assert parsed.command == "serve", (name, run.workload, argv)

@@ -228,7 +228,8 @@ def test_a_kill_at_any_step_before_a_rotation_counts_every_line_once(tmp_path, m
             assert first.view().retractions_total == 50
         if kill_after == "save":
             first.save_positions(force=True)
-    # SIGKILL: `first` is dropped as it is (no shutdown, no save)
+    # SIGKILL: `first` is dropped as it is (no shutdown, no save); the kernel drops a dead process's lock
+    checkpoint.release(first.positions_lock)
     writing = _rotate(log, mode)
     _append(writing, t, range(51, 76))            # copytruncate: into the truncated file; rename: the old one
     _append(log, t, range(76, 101))               # the writer has reopened
@@ -394,7 +395,8 @@ def test_a_save_cut_short_by_a_kill_leaves_no_temporary_file_past_the_next_start
     sc.prepare()
     sc.save_positions(force=True)
     assert not left.exists() and other.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.tmp-xyz", "positions.json", "sglang.log"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.tmp-xyz", "positions.json",
+                                                          "positions.json.lock", "sglang.log"]
 
 
 def test_an_unwritable_positions_file_costs_durability_not_monitoring(tmp_path, caplog):

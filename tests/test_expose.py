@@ -55,7 +55,9 @@ def test_golden_content_is_meaningful(exposition):
     assert value("sglang_exporter_advice_info", flag="--cuda-graph-max-bs", action="keep",
                  current="8", suggested="") == 1
     assert value("sglang_exporter_sglang_info", model="llama-8b") == 1
-    assert value("sglang_exporter_last_batch_age_seconds") == 10
+    # the log's newest line (17:17:08) is placed at the sidecar's start (its clock reads 17:17:03: the whole log
+    # is moved back, not pinned to now), the last batch line 2 s before it; 10 s later its age is 12 s
+    assert value("sglang_exporter_last_batch_age_seconds") == 12
 
 
 def test_families_match_catalog(exposition):

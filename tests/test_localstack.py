@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -177,6 +178,12 @@ def test_local_stack_end_to_end(tmp_path):
         assert am["cluster"]["status"] in ("disabled", "ready")
         text = (tmp_path / "stack.out").read_text()
         assert f"http://127.0.0.1:{ports['PROM_PORT']}" in text  # URLs printed
+        # every Prometheus page printed answers (Debian's 2.42 serves them only under /classic/)
+        pages = re.search(r"\(targets: (\S+), rules: (\S+), alerts: (\S+)\)", text)
+        assert pages, text
+        for page in pages.groups():
+            with urllib.request.urlopen(prom + page, timeout=5) as r:
+                assert r.status == 200, page
     finally:
         stop = subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, text=True,
                               timeout=60)

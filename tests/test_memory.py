@@ -59,7 +59,7 @@ def check_bounded(eng: Engine) -> None:
 
 
 def test_memory_flat_over_long_stream():
-    eng = Engine(Config(), log_fed=True)
+    eng = Engine(Config(profile="offline"), log_fed=True)
     run(eng, 0, 20_000)                   # warm up: windows fill, code paths and caches allocate
     gc.collect()
     tracemalloc.start()
@@ -84,7 +84,7 @@ def test_memory_flat_over_long_stream():
 
 
 def test_interval_history_bounded():
-    eng = Engine(Config(), log_fed=True)
+    eng = Engine(Config(profile="offline"), log_fed=True)
     t = T0
     for _ in range(MAX_INTERVALS + 300):        # fire / clear the stall signal over and over
         eng.ingest(decode(queue=5), t)
@@ -105,7 +105,7 @@ def test_a_burst_is_read_a_bounded_slice_at_a_time(tmp_path):
     from exporter.sidecar import LOG_POLL_BUDGET, Sidecar
     log = tmp_path / "sglang.log"
     log.touch()
-    sc = Sidecar(Config(log_files=(str(log),)), clock=lambda: 1e9)
+    sc = Sidecar(Config(profile="offline", log_files=(str(log),)), clock=lambda: 1e9)
     sc.poll_logs_once()
     rng = random.Random(1)
     with open(log, "ab") as f:

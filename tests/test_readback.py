@@ -43,19 +43,24 @@ def test_a_start_up_line_across_read_chunks_is_found(tmp_path, monkeypatch):
     assert start == len(BATCH) * 7
 
 
-def test_clock_offset_snaps_to_the_logs_zone(tmp_path):
+def offset(path) -> float | None:
+    cmap = readback.clock_map([(str(path), 0, path.stat().st_size)], str(path))
+    return None if cmap is None else cmap.offsets[-1]
+
+
+def test_the_clock_map_snaps_to_the_logs_zone(tmp_path):
     log = tmp_path / "sglang.log"
     log.write_text(ARGS_NEW + BATCH)
     last = calendar.timegm((2025, 6, 1, 12, 0, 5, 0, 0, 0))       # the last line's time, read as UTC
     real = last - 8 * 3600 + 3                                    # written in UTC+8, 3 s later
     os.utime(log, (real, real))
-    assert readback.clock_offset(str(log), log.stat().st_size) == -8 * 3600
+    assert offset(log) == -8 * 3600
     odd = last + 1234.5                                           # a clock simply off: taken as measured
     os.utime(log, (odd, odd))
-    assert abs(readback.clock_offset(str(log), log.stat().st_size) - 1234.5) < 1e-3
+    assert abs(offset(log) - 1234.5) < 1e-3
     bare = tmp_path / "bare.log"
     bare.write_text("no timestamps here\n")
-    assert readback.clock_offset(str(bare), bare.stat().st_size) is None
+    assert offset(bare) is None
 
 
 def test_complete_end_leaves_an_unfinished_last_line_to_the_follower(tmp_path):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 from datetime import datetime
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import IN_CI, require_tool
 
+from exporter.catalog import RUNBOOK_BASE
 from exporter.report_html import decimate
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -64,7 +66,11 @@ def test_report_of_a_scenario_shows_its_signal_and_advice(tmp_path, scenario, si
     page = out.read_text()
     assert f"<code>{flag}</code>" in page
     assert page.count('<figure class="chart"') >= 5
-    assert "http://" not in page.replace("http://www.w3.org", "") and "https://" not in page
+    # nothing is loaded from the network: the only URLs are the fired signals' runbook links
+    runbooks = re.findall(r"<a href='(https://[^']+)'", page)
+    assert f"{RUNBOOK_BASE}/SGLang" in " ".join(runbooks)
+    rest = re.sub(r"<a href='https://[^']+'", "", page).replace("http://www.w3.org", "")
+    assert "http://" not in rest and "https://" not in rest
     assert len(page) < 2_000_000
 
 
@@ -114,3 +120,49 @@ def test_report_renders_in_headless_chromium_without_errors_or_network(tmp_path)
             browser.close()
     assert console == []
     assert requests == [out.as_uri()] and failures == []
+
+
+def _report(tmp_path, scenario: str, profile: str = "offline") -> dict:
+    from exporter.analyze import analyze as replay
+    from exporter.config import Config
+    return replay([str(scenario_log(tmp_path, scenario))], Config(profile=profile), progress=False, series=True)
+
+
+@pytest.mark.parametrize("scenario", ["retraction_storm", "restart"])
+def test_restart_lines_are_drawn_only_where_a_restart_was_counted(tmp_path, scenario):
+    """The first start-up's ready line is no restart: the header's `restarts N` and the lines drawn agree."""
+    report = _report(tmp_path, scenario)
+    drawn = [m for m in report["series"]["markers"] if m["kind"] == "restart"]
+    assert len(drawn) == report["restarts"] == (1 if scenario == "restart" else 0)
+    assert [m["t"] for m in drawn] == [e["t"] for e in report["server"]["restart_evidence"]]
+
+
+def test_crash_report_names_the_runbook_where_no_flag_helps(tmp_path):
+    from exporter.analyze_text import render_text
+    from exporter.report_html import render_html
+    report = _report(tmp_path, "server_crash", profile="online")
+    crash = next(s for s in report["signals"] if s["id"] == "server_crashed")
+    assert crash["fired"] and crash["runbook_url"] == f"{RUNBOOK_BASE}/SGLangServerCrashed.md"
+    text = render_text(report)
+    assert "No flag to change for server_crashed; follow the runbook:" in text
+    assert f"  server_crashed: {RUNBOOK_BASE}/SGLangServerCrashed.md" in text
+    assert "Advice: none" not in text
+    page = render_html(report)
+    assert "No advice." not in page
+    assert f"no flag to change; follow its <a href='{RUNBOOK_BASE}/SGLangServerCrashed.md'>runbook</a>" in page
+    # the 60 s log's time axis: every tick its own second, none of them the same
+    for svg in re.findall(r"<figure class=\"chart\".*?</figure>", page, re.S):
+        labels = re.findall(r"<g id=\"xtick_\d+\">.*?<text[^>]*>([^<]*)</text>", svg, re.S)
+        assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
+        assert all(re.fullmatch(r"17:0[01]:\d\d", label) for label in labels), labels
+
+
+def test_a_report_of_a_log_without_timestamps_draws_no_time_axis(tmp_path):
+    from exporter.analyze import analyze as replay
+    from exporter.config import Config
+    from exporter.report_html import render_html
+    log = scenario_log(tmp_path, "healthy_offline")
+    untimed = tmp_path / "untimed.log"
+    untimed.write_text(re.sub(r"(?m)^\[[^\]]*\] ", "", log.read_text()))
+    page = render_html(replay([str(untimed)], Config(), progress=False, series=True))
+    assert '<figure class="chart"' not in page and "nothing to plot" in page

@@ -314,7 +314,7 @@ STARVED = V0_4_10.replace("} 7.0", "} 0.0")
 
 def test_metrics_only_sidecar_flapping_target(target):
     clock = Clock()
-    sc = Sidecar(Config(sglang_url=target.base, scrape_timeout=1.0), clock=clock)
+    sc = Sidecar(Config(profile="offline", sglang_url=target.base, scrape_timeout=1.0), clock=clock)
     target.serve(ok(STARVED), (500, "boom", None))
     results = []
     for _ in range(6):
@@ -339,7 +339,8 @@ def test_metrics_only_sidecar_flapping_target(target):
 
 
 def test_metrics_only_down_target_everything_unknown():
-    sc = Sidecar(Config(sglang_url=f"http://127.0.0.1:{free_port()}", scrape_timeout=0.5), clock=Clock())
+    sc = Sidecar(Config(profile="offline", sglang_url=f"http://127.0.0.1:{free_port()}", scrape_timeout=0.5),
+                 clock=Clock())
     sc.scrape_once()
     view = sc.view()
     assert view.scrape["success"] is False and view.scrape["error"].startswith("refused")
@@ -350,7 +351,7 @@ def test_metrics_only_down_target_everything_unknown():
 
 def test_metrics_only_retractions_from_counter(target):
     clock = Clock()
-    sc = Sidecar(Config(sglang_url=target.base), clock=clock)
+    sc = Sidecar(Config(profile="offline", sglang_url=target.base), clock=clock)
     body = V0_5_7
     for value in (23.0, 40.0, 60.0):
         target.serve(ok(body.replace("} 23.0", f"}} {value}")))
@@ -369,7 +370,7 @@ def test_metrics_only_retractions_from_counter(target):
 
 def test_metrics_fed_stall_needs_counters_frozen(target):
     clock = Clock()
-    sc = Sidecar(Config(sglang_url=target.base), clock=clock)
+    sc = Sidecar(Config(profile="offline", sglang_url=target.base), clock=clock)
     body = V0_3_6
     target.serve(ok(body))
     for _ in range(6):                 # generation_tokens frozen with 162 requests pending
@@ -390,7 +391,7 @@ DECODE = "Decode batch, #running-req: 5, #token: 100, token usage: 0.50, cuda gr
 
 
 def test_logs_only_sidecar_has_no_scrape_series(tmp_path):
-    sc = Sidecar(Config(log_files=(_log(tmp_path, [DECODE] * 3),), from_start=True), clock=Clock())
+    sc = Sidecar(Config(profile="offline", log_files=(_log(tmp_path, [DECODE] * 3),), from_start=True), clock=Clock())
     sc.poll_logs_once()
     sc.poll_logs_once()
     fams = families(sc)

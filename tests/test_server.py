@@ -86,7 +86,7 @@ def test_endpoints(served):
                         "signals", "advice", "server", "sources"}
     assert [(s["source"], s["kind"], s["up"], s["reason"]) for s in doc["sources"]] == [
         (served.logfile, "log", True, None)]
-    assert doc["profile"] == "offline" and doc["model"] == "m"
+    assert doc["profile"] == "online" and doc["model"] == "m"
     by_id = {s["id"]: s for s in doc["signals"]}
     assert set(by_id["gpu_headroom_high"]) == {"id", "title", "severity", "state", "value", "unit", "detail",
                                                "since", "advice", "runbook_url", "runbook", "cause"}
@@ -101,7 +101,7 @@ def test_endpoints(served):
                                                  "reason", "spellings"}
 
     status, headers, body = get(served.base + "/")
-    assert status == 200 and "text/html" in headers["Content-Type"] and "/api/v1/signals" in body
+    assert status == 200 and "text/html" in headers["Content-Type"] and "api/v1/signals" in body
     assert get(served.base + "/nope")[0] == 404
 
 
@@ -123,7 +123,15 @@ def test_runbooks_are_served_with_the_thresholds_in_force(tmp_path, logfile):
         assert "## Mitigation" in body and "per_minute = 25" in body and "per_minute = 10" not in body
         status, _, index = get(s.base + "/runbooks/index.md")
         assert status == 200 and "(SGLangRetractionStorm.md)" in index
-        for missing in ("/runbooks/SGLangNoSuchAlert.md", "/runbooks/../metrics", "/runbooks/"):
+        # for people: the list and each page as HTML, with the same thresholds
+        status, headers, listing = get(s.base + "/runbooks/")
+        assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+        assert '<a href="SGLangRetractionStorm.html">SGLangRetractionStorm</a>' in listing
+        status, headers, page = get(s.base + "/runbooks/SGLangRetractionStorm.html")
+        assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+        assert "<h2>Mitigation</h2>" in page and "per_minute = 25" in page and "<script" not in page
+        for missing in ("/runbooks/SGLangNoSuchAlert.md", "/runbooks/SGLangNoSuchAlert.html", "/runbooks/../metrics",
+                        "/runbooks/index"):
             assert get(s.base + missing)[0] == 404, missing
     finally:
         s.stop()
@@ -243,6 +251,12 @@ def test_basic_auth(tmp_path, logfile, cert):
         assert get(s.base + "/metrics", context=ctx, headers=auth("prom", "wrong"))[0] == 401
         assert get(s.base + "/metrics", context=ctx, headers=auth("eve", "s3cret"))[0] == 401
         assert get(s.base + "/metrics", context=ctx, headers=auth("prom", "s3cret"))[0] == 200
+        # the status page and the runbooks behind the same TLS and credentials (no script: nothing to adapt)
+        assert get(s.base + "/", context=ctx)[0] == 401
+        status, headers, page = get(s.base + "/", context=ctx, headers=auth("prom", "s3cret"))
+        assert status == 200 and "text/html" in headers["Content-Type"] and "id='verdict'" in page
+        assert get(s.base + "/runbooks/", context=ctx)[0] == 401
+        assert get(s.base + "/runbooks/", context=ctx, headers=auth("prom", "s3cret"))[0] == 200
     finally:
         s.stop()
 
@@ -307,6 +321,9 @@ def test_a_source_coming_back_is_logged_once(tmp_path):
         s = Served(["--log-file", str(path), "--log-level", level])
         try:
             wait_until(lambda s=s: get(s.base + "/readyz")[0] == 200, timeout=20, what="serve to be ready")
+            if want_up:
+                # ready (readiness is the exporter's own state), and the body says what is missing
+                assert get(s.base + "/readyz")[2] == f"ready\nlog source {path} is down: missing: no such file\n"
 
             def log_state(s=s):
                 doc = json.loads(get(s.base + "/api/v1/signals")[2])
@@ -320,6 +337,9 @@ def test_a_source_coming_back_is_logged_once(tmp_path):
         assert sum(line.endswith(f"log source {path} is down: missing: no such file") for line in ours) == 1, err
         assert sum(line.endswith(f"log source {path} is up") for line in ours) == (1 if want_up else 0), err
         assert ("serving http://" in err) is want_up          # the start-up line is info too
+        # said at start, before the port answers, not at the first scrape
+        down_at = err.index(f"log source {path} is down")
+        assert not want_up or down_at < err.index("serving http://"), err
 
 
 def test_bad_log_level_from_the_environment_exits_2(logfile):

@@ -23,7 +23,7 @@ T0 = 1750428000.0
 
 
 def replay(path: Path) -> Engine:
-    eng = Engine(Config(), log_fed=True)
+    eng = Engine(Config(profile="offline"), log_fed=True)
     eng.set_sources(log_up=True)
     for items in iter_file_item_lists(str(path)):
         for item in items:
@@ -82,7 +82,7 @@ def decode(t, **rank):
 
 
 def state():
-    return ServerState(Config().signal_params())
+    return ServerState(Config(profile="offline").signal_params())
 
 
 def test_each_dp_replica_prints_its_own_startup_and_that_is_one_start():
@@ -131,18 +131,33 @@ def test_what_is_no_restart():
     assert (st.epoch, st.restarts) == (1, 0)
 
 
-def test_a_crash_then_server_args_is_a_restart_and_so_is_the_clock_going_back():
+def test_a_crash_then_server_args_is_a_restart_and_so_is_the_clock_going_back_after_serving():
     st = state()
     st.apply_event(ev("server_args", T0, {"tp_size": 1}), T0)
     st.apply_event(ev("scheduler_exception", T0 + 5, {"component": "Scheduler", "traceback": "x"}), T0 + 5)
     st.apply_event(ev("server_args", T0 + 9, {"tp_size": 1}), T0 + 9)
     assert st.restarts == 1 and st.restart_evidence[-1]["evidence"] == "server_args after a crash"
     st.apply_event(ev("load_weight", T0 + 3600, {"phase": "begin"}, tp=0), T0 + 3600)
-    st.apply_event(ev("load_weight", T0 + 60, {"phase": "begin"}, tp=1), T0 + 3601)
+    st.apply_event(ev("server_ready", T0 + 3601), T0 + 3601)
+    st.apply_event(ev("load_weight", T0 + 60, {"phase": "begin"}, tp=1), T0 + 3602)
     assert st.restarts == 2
-    assert st.restart_evidence[-1]["evidence"] == "the log's clock went back 3540 s in log"
-    st.apply_event(ev("load_weight", T0 + 61, {"phase": "end"}, tp=1), T0 + 3602)    # its own clock from here
+    assert st.restart_evidence[-1]["evidence"] == "the log's clock went back 3541 s in log"
+    st.apply_event(ev("load_weight", T0 + 61, {"phase": "end"}, tp=1), T0 + 3603)    # its own clock from here
     assert st.restarts == 2
+
+
+def test_a_clock_step_inside_one_start_up_block_is_no_restart():
+    """An NTP step back (or a DST fall-back) while the ranks load: the ranks that reported before it stay."""
+    st = state()
+    st.apply_event(ev("server_args", T0, {"tp_size": 2}), T0)
+    st.apply_event(ev("load_weight", T0 + 1, {"phase": "begin"}, tp=0), T0 + 1)
+    st.apply_event(capacity(T0 + 30, tp=0), T0 + 30)
+    st.apply_event(ev("load_weight", T0 + 31 - 3600, {"phase": "begin"}, tp=1), T0 + 31)
+    st.apply_event(capacity(T0 + 60 - 3600, tp=1), T0 + 60)
+    st.apply_event(ev("server_ready", T0 + 61 - 3600), T0 + 61)
+    assert (st.epoch, st.restarts) == (1, 0)
+    assert st.layout()["ranks_seen"] == 2
+    assert len(st.facts()["gpu_headroom"]) == 2
 
 
 def test_different_server_args_in_one_startup_is_a_new_launch():
@@ -154,7 +169,7 @@ def test_different_server_args_in_one_startup_is_a_new_launch():
 
 # ------------------------------------------------------------------------------------------ joining mid-life
 def test_joining_a_running_server_is_not_a_restart_and_startup_facts_are_unknown():
-    eng = Engine(Config(), log_fed=True)
+    eng = Engine(Config(profile="offline"), log_fed=True)
     eng.set_sources(log_up=True)
     for i in range(30):
         eng.ingest(decode(T0 + i, tp=0), T0 + i)
@@ -232,12 +247,14 @@ def test_advice_for_an_unknown_release_names_both_spellings():
 def test_analyze_reports_the_server_as_a_whole():
     from exporter.analyze import analyze
     from exporter.analyze_text import render_text
-    rep = analyze([str(RANKS / "0.4.6-dp4-to-dp2-dpa.log")], Config(), progress=False)
+    rep = analyze([str(RANKS / "0.4.6-dp4-to-dp2-dpa.log")], Config(profile="offline"), progress=False)
     server = rep["server"]
     assert server["startup_seen"] and server["restarts"] == rep["restarts"] == 1
     assert [e["evidence"] for e in server["restart_evidence"]] == ["server_args after batch lines"]
     assert server["layout"] == {"dp": 2, "tp": 8, "pp": 1, "ep": 1, "dp_attention": True, "ranks_seen": 8}
-    assert len(server["gpu_headroom"]) == 8 and server["release"]["last"] == "0.5.13.post1"
+    # server_args say 0.4.9.post6 .. 0.5.13.post1; the batch lines' format (0.4.7-0.5.3) narrows it
+    assert rep["format_family"] == "0.4.7-0.5.3"
+    assert len(server["gpu_headroom"]) == 8 and server["release"] == {"first": "0.4.9.post6", "last": "0.5.3.post3"}
     text = render_text(rep)
     assert "layout dp=2, tp=8, pp=1, ep=1, DP attention; 8 ranks printed start-up lines" in text
     assert "server_args after batch lines" in text
@@ -252,7 +269,7 @@ def test_a_sidecar_joining_a_running_server_says_start_up_not_seen_until_it_rest
     log = tmp_path / "sglang.log"
     log.write_text("".join(serving[:6]))                       # SGLang started before us: batches only
     clock = [T0 + 100]
-    sc = Sidecar(Config(log_files=(str(log),)), clock=lambda: clock[0])
+    sc = Sidecar(Config(profile="offline", log_files=(str(log),)), clock=lambda: clock[0])
     sc.prepare()
     with open(log, "a") as fh:
         fh.write("".join(serving[6:]))

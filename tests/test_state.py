@@ -132,7 +132,7 @@ def test_time_window_weight_and_count():
 
 
 def test_ranks_bounded_with_other_bucket():
-    st = ServerState(Config().signal_params())
+    st = ServerState(Config(profile="offline").signal_params())
     for tp in range(200):
         st.apply_event(decode(tp=tp, dp=tp % 3), T0 + tp)
     assert len(st.ranks) == MAX_RANKS
@@ -140,7 +140,7 @@ def test_ranks_bounded_with_other_bucket():
 
 
 def test_rank_values_latest_per_rank():
-    st = ServerState(Config().signal_params())
+    st = ServerState(Config(profile="offline").signal_params())
     st.apply_event(decode(queue=5, running=7, usage=0.5, tp=0), T0)
     st.apply_event(decode(queue=9, running=3, usage=0.7, tp=1), T0 + 1)
     st.apply_event(decode(queue=1, running=2, usage=0.9, tp=0), T0 + 2)
@@ -159,7 +159,7 @@ def _samples(st: ServerState) -> tuple:
 def test_one_sample_per_scheduler_when_every_tp_rank_prints():
     """With tp=4 every TP rank prints the same scheduler's batch line: all four update their rank's gauges,
     only TP0's line is a sample (per scheduler, not per rank)."""
-    st = ServerState(Config().signal_params())
+    st = ServerState(Config(profile="offline").signal_params())
     st.apply_event(memory_config(max_running=100), T0)
     for i in range(10):
         for tp in range(4):
@@ -171,7 +171,7 @@ def test_one_sample_per_scheduler_when_every_tp_rank_prints():
 
 def test_leader_is_the_lowest_tp_rank_seen():
     """Joining mid-batch, TP2's line may come first: it is a sample until TP0 shows up, then only TP0's are."""
-    st = ServerState(Config().signal_params())
+    st = ServerState(Config(profile="offline").signal_params())
     st.apply_event(decode(tp=2), T0)
     st.apply_event(decode(tp=3), T0)
     for i in range(1, 6):
@@ -185,7 +185,7 @@ def test_leader_is_the_lowest_tp_rank_seen():
 
 def test_leaders_are_chosen_again_after_a_restart():
     """dp=4 tp=8 puts DP1's batch lines on TP2; restarted as dp=2 tp=8 they come from TP4 and must still count."""
-    st = ServerState(Config().signal_params())
+    st = ServerState(Config(profile="offline").signal_params())
     st.apply_event(decode(dp=1, tp=2), T0)
     st.apply_event(memory_config(max_running=100), T0 + 10)      # after batches: a restart
     assert st.restarts == 1
@@ -196,7 +196,7 @@ def test_leaders_are_chosen_again_after_a_restart():
 
 def test_every_line_is_a_sample_without_tp_ranks_or_with_only_tp0():
     for tp in (None, 0):
-        st = ServerState(Config().signal_params())
+        st = ServerState(Config(profile="offline").signal_params())
         for i in range(7):
             st.apply_event(decode(tp=tp), T0 + i)
         assert st.fraction["queue_below_range"].total == 7
@@ -204,7 +204,7 @@ def test_every_line_is_a_sample_without_tp_ranks_or_with_only_tp0():
 
 def test_dp_attention_one_sample_per_dp_rank():
     """DP attention, tp=8, dp=2: DP0 TP0-3 and DP1 TP4-7 print; DP0 TP0 and DP1 TP4 lead their DP ranks."""
-    st = ServerState(Config().signal_params())
+    st = ServerState(Config(profile="offline").signal_params())
     for i in range(5):
         for dp in (0, 1):
             for tp in range(dp * 4, dp * 4 + 4):
@@ -230,7 +230,7 @@ def test_dp_attention_retractions_count_once_per_dp_rank():
 
     def rank(dp, tp):
         return {"dp": dp, "tp": tp, "pp": None, "ep": None, "attn_cp": None, "moe_dp": None}
-    engine = Engine(Config())
+    engine = Engine(Config(profile="offline"))
     for dp, tp in ((0, 0), (1, 4)):
         engine.ingest(Event("decode_batch", {"running_req": 5, "queue_req": 1, "token_usage": 0.5},
                             rank=rank(dp, tp)), 1.0)

@@ -160,10 +160,14 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 ((ready)) || { echo "Prometheus did not become ready; see $DIR/logs/prometheus.log" >&2; exit 1; }
+# Debian's Prometheus (2.42) is built without the React UI: its pages are only under /classic/
+ui=""
+if ! "$PY" -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" \
+    "http://127.0.0.1:$PROM_PORT/targets" 2>/dev/null; then ui=/classic; fi
 
 cat <<MSG
 local stack up (state, configs and logs in $DIR)
-  Prometheus    http://127.0.0.1:$PROM_PORT   (targets: /targets, rules: /rules, alerts: /alerts)
+  Prometheus    http://127.0.0.1:$PROM_PORT   (targets: $ui/targets, rules: $ui/rules, alerts: $ui/alerts)
   Alertmanager  http://127.0.0.1:$AM_PORT
   exporter      http://127.0.0.1:$EXPORTER_PORT/metrics   /api/v1/signals
   SGLang        $SGLANG_URL/metrics   (log: $LOG)

@@ -18,7 +18,9 @@ def render(config: Config | None = None) -> dict[str, str]:
     from exporter.generate import (
         alertmanager,
         alerts_doc,
+        component,
         dashboards,
+        helm,
         kubernetes,
         metrics_doc,
         promtool,
@@ -29,10 +31,11 @@ def render(config: Config | None = None) -> dict[str, str]:
     from exporter.releases import compatibility
     config = config or Config()
     files: dict[str, str] = {}
-    for module in (rules, promtool, alertmanager, runbooks, alerts_doc, sources, dashboards, metrics_doc):
+    for module in (rules, promtool, alertmanager, runbooks, alerts_doc, sources, dashboards, metrics_doc, helm):
         files.update(module.render(config))
     files[compatibility.PATH] = compatibility.render()
     files.update(kubernetes.render_from(files))
+    files.update(component.render_from(files))
     return files
 
 

@@ -5,6 +5,7 @@ from exporter.config import Config
 from exporter.generate.promql import fmt_duration
 from exporter.generate.promtool_common import interval
 from exporter.generate.promtool_exporter import meta_tests, recording_tests_exporter, signal_test
+from exporter.generate.promtool_identity import identity_tests
 from exporter.generate.promtool_native import native_tests, recording_tests_native
 from exporter.generate.rules import EXPORTER_RULES, HEADER, NATIVE_RULES, all_alerts, dump
 from exporter.generate.settings import RuleSettings
@@ -31,6 +32,10 @@ def test_files(settings: RuleSettings) -> dict[str, dict]:
             "rule_files": [f"../{NATIVE_RULES}"], "evaluation_interval": step,
             "tests": [t for a in by_kind["native"] for t in native_tests(settings, a)]
             + [recording_tests_native(settings)]},
+        # both files loaded, real label sets, two clusters sharing names
+        "tests/sglang-identity.test.yml": {
+            "rule_files": [f"../{EXPORTER_RULES}", f"../{NATIVE_RULES}"], "evaluation_interval": step,
+            "tests": identity_tests(settings, alerts)},
     }
 
 

@@ -114,8 +114,20 @@ META_DIAGNOSIS = {
         "cluster, `curl http://<pod-ip>:10060/healthz` and `/metrics`. Check that the PodMonitor/"
         "ServiceMonitor still selects the pod (Prometheus UI, Status → Targets).",
         "Fix the sidecar (its logs name the bad flag or file; exit code 2 is a configuration error) or the "
-        "scrape configuration. While it is down, every SGLang health alert of this server is blind: watch "
-        "SGLang's own `/metrics` (the `SGLangNative…` alerts) meanwhile."),
+        "scrape configuration. While it is down, the sidecar's alerts of this server are blind; the "
+        "`SGLangNative…` alerts on SGLang's own `/metrics` (when loaded) take over for it after their `for:`, "
+        "and arrive in the same notification group (same cluster, namespace and pod)."),
+    "SGLangExportersVanished": (
+        ["count by (cluster) (up{sel})", "count by (cluster) (max_over_time(up{sel}[1h]))",
+         "count by (cluster, namespace) (max_over_time(up{sel}[1h]))"],
+        "Which cluster is in the alert's `cluster` label. Is that cluster's Prometheus up, and does it still "
+        "send to the global layer (Thanos sidecar/receive, Mimir remote write)? Is any target of the cluster "
+        "there (`count by (cluster) (up)`, any job)? If the cluster's other jobs report, check that the "
+        "PodMonitor/ServiceMonitor still selects the pods (labels, the `release:` label, the namespace "
+        "selector) and that the pods exist (`kubectl get pods -A -l app.kubernetes.io/part-of=sglang-exporter`).",
+        "Restore the cluster's Prometheus or its link to the global layer, or the scrape selection. A "
+        "cluster decommissioned on purpose pages until `alerts.absence_window` passes: silence it for that "
+        "long (`amtool silence add alertname=SGLangExportersVanished cluster=<name> --duration=1h`)."),
     "SGLangTargetDown": (
         ['sglang_exporter_source_up{sel}', 'sglang_exporter_scrape_duration_seconds{sel_src}',
          'time() - sglang_exporter_source_last_error_timestamp_seconds{sel_src}'],
@@ -194,6 +206,8 @@ def fires_when(a, settings) -> str:
     return {
         "SGLangExporterDown": "`up` of the sidecar is 0, or there is no sidecar target",
         "SGLangTargetDown": "the sidecar's scrape of SGLang's /metrics fails or is stuck",
+        "SGLangExportersVanished": f"a cluster had sidecar targets within {settings.absence_window} and has "
+                                   "none now",
         "SGLangLogParserDrift": f"(unknown + malformed) / SGLang lines > {settings.max_unknown_ratio:g} over "
                                 f"{settings.drift_window}",
         "SGLangLogStale": f"no log line read for {settings.log_stale_window}, or the log file is unreadable",

@@ -1,6 +1,7 @@
 """The generators' read-only view of a validated `Config`: thresholds, `for:` and windows in force."""
 from __future__ import annotations
 
+from exporter.catalog import runbook_url
 from exporter.config import AlertSettings, Config, default_alert_for, thresholds
 from exporter.generate.promql import parse_duration
 
@@ -16,6 +17,25 @@ class RuleSettings:
 
     def __getattr__(self, name):        # selectors, label lists, windows, URLs: as in the alerts: section
         return getattr(self.alerts, name)
+
+    @property
+    def join_labels(self) -> tuple:
+        """One target's labels: what joins of one target's own series match on."""
+        joined = self.alerts.join_labels
+        return joined if joined is not None else self.identity_labels + ("instance", "job")
+
+    @property
+    def group_by(self) -> tuple:
+        return self.alerts.group_by if self.alerts.group_by is not None else self.identity_labels
+
+    @property
+    def inhibit_equal(self) -> tuple:
+        return self.alerts.inhibit_equal if self.alerts.inhibit_equal is not None else self.identity_labels
+
+    @property
+    def server_label(self) -> str:
+        """The identity label that names the server itself (pod): without it a target is joined to nothing."""
+        return self.identity_labels[-1]
 
     def thresholds(self, signal_id: str) -> dict:
         """The catalog defaults under the `signals:` overrides, whatever the profile (test values)."""
@@ -40,4 +60,4 @@ class RuleSettings:
         return self.alerts.short_range if self.alerts.short_windows else d
 
     def runbook_url(self, alertname: str) -> str:
-        return f"{self.alerts.runbook_base_url.rstrip('/')}/{alertname}.md"
+        return runbook_url(alertname, self.alerts.runbook_base_url)

@@ -110,9 +110,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-file", metavar="PATH", default="-", help="log file to append to (default stdout)")
     parser.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve the simulated /metrics here")
     parser.add_argument("--speed", type=float, default=1.0, metavar="X",
-                        help="simulated seconds per real second (default 1)")
-    parser.add_argument("--duration", type=float, metavar="S",
-                        help="simulated seconds to run (default: the scenario's length)")
+                        help="simulated seconds per wall-clock second (default 1)")
+    parser.add_argument("--duration", type=float, metavar="SIM_SECONDS",
+                        help="simulated seconds to run, SIM_SECONDS / X wall-clock seconds at --speed X "
+                             "(default: the scenario's length)")
     parser.add_argument("--instant", action="store_true",
                         help="write the whole log at once (then keep serving /metrics if --metrics-listen)")
     parser.add_argument("--format", metavar="VERSION", choices=FAMILIES,
@@ -122,7 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args=None) -> int:
     if args is None or isinstance(args, list):
-        parser = argparse.ArgumentParser(prog="sglang-exporter simulate", description=DESCRIPTION)
+        parser = argparse.ArgumentParser(prog="sglang-exporter simulate", description=DESCRIPTION, allow_abbrev=False)
         add_arguments(parser)
         try:
             args = parser.parse_args(args)
@@ -137,30 +138,32 @@ def main(args=None) -> int:
             print(f"{name:22s} {desc}")
         return 0
     if not args.scenario:
-        print("simulate: error: --scenario NAME is required (see --list)", file=sys.stderr)
+        print("sglang-exporter simulate: error: --scenario NAME is required (see --list)", file=sys.stderr)
         return 2
     if args.speed is not None and args.speed <= 0:
-        print("simulate: error: --speed must be > 0", file=sys.stderr)
+        print("sglang-exporter simulate: error: --speed must be > 0", file=sys.stderr)
         return 2
     if args.duration is not None and args.duration <= 0:
-        print("simulate: error: --duration must be > 0", file=sys.stderr)
+        print("sglang-exporter simulate: error: --duration must be > 0", file=sys.stderr)
         return 2
     try:
         scenario = load_scenario(args.scenario)
     except ScenarioError as exc:
-        print(f"ScenarioError: {exc}", file=sys.stderr)
+        print(f"sglang-exporter simulate: error: --scenario {args.scenario}: {exc} (simulate --list names the "
+              "bundled ones)", file=sys.stderr)
         return 2
     listen = None
     if args.metrics_listen:
         try:
             listen = parse_listen(args.metrics_listen)
         except ValueError as exc:
-            print(f"simulate: error: {exc}", file=sys.stderr)
+            print(f"sglang-exporter simulate: error: {exc}", file=sys.stderr)
             return 2
     if args.log_file != "-":
         parent = Path(args.log_file).resolve().parent
         if not parent.is_dir():
-            print(f"simulate: error: --log-file: directory {parent} does not exist", file=sys.stderr)
+            print(f"sglang-exporter simulate: error: --log-file {args.log_file}: the directory {parent} does not "
+                  f"exist; create it (mkdir -p {parent}) or name another file", file=sys.stderr)
             return 2
     try:
         return run_simulator(scenario, args.log_file, metrics_listen=listen, speed=args.speed,
@@ -168,6 +171,6 @@ def main(args=None) -> int:
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
-        print(f"simulate: error: {exc}", file=sys.stderr)
+        print(f"sglang-exporter simulate: error: {exc}", file=sys.stderr)
         return 1
 

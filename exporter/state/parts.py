@@ -13,6 +13,7 @@ class StatePart:
     methods are checked against the attributes ServerState gives them."""
 
     server_args: dict
+    format_family: str          # the batch lines' format family, set by whoever parses them (analyze, sidecar)
     memory_config: dict
     memory_by_rank: dict[str, dict]
     _ranks: dict[tuple, RankValues]

@@ -50,7 +50,7 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed, ServingFeed):
         self.total_gpu_bytes: float | None = None   # free memory before weights load ~ usable GPU memory
         self.restart_evidence: deque = deque(maxlen=MAX_RESTART_EVIDENCE)   # why each restart was counted
         self.model: str = ""
-        self.format_family: str = ""
+        self.format_family: str = ""    # the batch lines' format family: the parser knows it, its reader sets it
         self._ranks: dict[tuple, RankValues] = {}
         self._unread: list[RankValues] = []    # ranks that may hold unread lines (read_all skips the rest)
         self.last_batch_t: float | None = None
@@ -276,8 +276,8 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed, ServingFeed):
         self.expire_serving(now)
 
     def retractions_per_minute(self, now: float, window: float) -> float:
-        """Retraction events per minute over the last `window` seconds (full-window denominator: a burst
-        right after start-up is not extrapolated)."""
+        """Retraction events per minute over the last `window` seconds, exactly. Which span to take is the
+        signals' rule (signals.retraction_rate, the one every face uses), not this method's."""
         return self.retractions.weight_since(now - window) / (window / 60.0)
 
     def pending(self) -> float | None:

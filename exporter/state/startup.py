@@ -66,7 +66,8 @@ class StartupFacts(StatePart):
         """A line of the start-up sequence: every rank prints its own (load weight, memory pool, capacity,
         CUDA graph), so a line is a restart only with evidence that the process started again: the caller's,
         a rank starting again after its own batch lines (or after a crash), or the source's clock going
-        back. Otherwise it joins the current start-up (or opens the first one)."""
+        back once the start-up block ended (ready, batch lines or a crash). Otherwise it joins the current
+        start-up (or opens the first one)."""
         label = rank_label(ev.rank)
         if evidence is None and kind in _RANK_STARTS and ev.fields.get("phase") != "end":
             if label in self._batch_ranks:
@@ -78,8 +79,12 @@ class StartupFacts(StatePart):
         if evidence is None and ev.ts is not None:
             last = self._source_t.get(ev.source)
             if last is not None and last - ev.ts > CLOCK_STEP_BACK:
-                evidence = f"the log's clock went back {last - ev.ts:.0f} s in {ev.source or 'the log'}"
-                self._source_t[ev.source] = ev.ts     # the new process's clock from here on
+                # inside one start-up block (not ready, no batch line, no crash yet) a clock going back is the
+                # clock (an NTP step, a DST fall-back) and what the ranks already reported stays; once the
+                # server served or crashed, a start-up line on a clock that went back is a new process's
+                if self._ready or self._crashed or self.last_batch_t is not None:
+                    evidence = f"the log's clock went back {last - ev.ts:.0f} s in {ev.source or 'the log'}"
+                self._source_t[ev.source] = ev.ts     # the clock from here on
         if evidence is not None:
             self._new_epoch(now, evidence, ev)
         elif self.epoch_started is None:
@@ -138,7 +143,7 @@ class StartupFacts(StatePart):
         """The server as a whole, JSON-ready (analyze's `server`, the API's `server`): whether its start-up was
         seen, the SGLang release range its server_args keys point to, its rank layout, restarts with their
         evidence, and each GPU's free memory after start-up (the least first)."""
-        release = flags.infer_release(self.server_args) if self.server_args else None
+        release = flags.infer_release(self.server_args, family=self.format_family or None)
         gpus = sorted(self.memory_by_rank.items(), key=lambda kv: (kv[1]["headroom_bytes"], kv[0]))
         return {
             "startup_seen": self.startup_seen,

@@ -92,7 +92,7 @@ def test_analyze_reports_on_every_release(path):
     report = analyze([str(path)], Config(), progress=False)
     assert report["lines"]["read"] == report["lines"]["recognised"] > 0
     assert report["startup"]["memory_config"]["max_total_num_tokens"] == 200000
-    assert report["events"].get("decode_batch", 0) == (0 if path.stem == "pd_prefill" else 3 * _dp_ranks(path.stem))
+    assert report["records"].get("decode_batch", 0) == (0 if path.stem == "pd_prefill" else 3 * _dp_ranks(path.stem))
     assert report["verdict"] in ("healthy", "problems")
 
 

@@ -2,7 +2,7 @@
 native-metric, per-rank and exporter-health sections."""
 from __future__ import annotations
 
-from exporter.catalog import NS
+from exporter.catalog import NS, SIGNALS_BY_ID
 from exporter.catalog_native import native_metric_names
 from exporter.generate.dashboards.health import exporter_health_panels, per_rank_panels
 from exporter.generate.dashboards.model import DashboardSpec, Limits, Panel, Target, dashed, gib, num, row
@@ -25,6 +25,10 @@ UID = "sglang-detail"
 TITLE = "SGLang / Detail"
 DESCRIPTION = ("Batch, KV cache, memory, CUDA graph, latency, per-rank and exporter-health views of SGLang servers, "
                "with the tuning guide's bands. Generated from the signal catalog; do not edit by hand.")
+
+
+def window_minutes(signal_id: str) -> str:
+    return f"{SIGNALS_BY_ID[signal_id].window_seconds / 60:g}"
 
 
 def batch_panels(limits: Limits) -> list[Panel]:
@@ -92,16 +96,17 @@ def kv_cache_panels(limits: Limits) -> list[Panel]:
               targets=[Target(f"max by ({PER_SERVER}) ({exported(f'{NS}_token_usage_ratio')})", "{{instance}}")],
               steps=[(None, "transparent"), (usage_floor, "green")], style="dashed"),
         Panel("Retractions per minute", "timeseries", "cpm", min=0,
-              shows="KV-cache-full retraction events per minute: the exporter's windowed value and the rate of "
-                    f"its counter, with the acceptable line ({num(retractions_frequent)}/min) and the storm line "
+              shows="KV-cache-full retraction events per minute: each retraction signal's value over its own "
+                    f"window (the numbers the alerts judge, as the API and the report show them) and the rate of "
+                    f"the counter, with the acceptable line ({num(retractions_frequent)}/min) and the storm line "
                     f"({num(retraction_storm)}/min).",
               good=f"at or below {num(retractions_frequent)} per minute.",
               bad=f"above {num(retractions_frequent)}: increase --schedule-conservativeness (e.g. 1.3); at "
                   f"{num(retraction_storm)} or more (retraction storm, pages): also lower --max-running-requests "
                   "and check --mem-fraction-static.",
-              targets=[Target(f"60 * max by ({PER_SERVER}) ({NS}_signal_value_per_second{{{EXPORTER_SELECTOR}, "
-                              "signal=\"retractions_frequent\"})",
-                              "{{instance}} window"),
+              targets=[*(Target(f"60 * max by ({PER_SERVER}) ({NS}_signal_value_per_second{{{EXPORTER_SELECTOR}, "
+                                f"signal=\"{sid}\"}})", f"{{{{instance}}}} {sid} ({window_minutes(sid)} min)")
+                         for sid in ("retractions_frequent", "retraction_storm")),
                        Target(f"60 * sum by ({PER_SERVER}) (rate({exported(f'{NS}_retractions_total')}"
                               "[$__rate_interval]))", "{{instance}} rate")],
               steps=[(None, "transparent"), (retractions_frequent, "yellow"), (retraction_storm, "red")],

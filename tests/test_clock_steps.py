@@ -1,0 +1,138 @@
+"""History on its own clock, in pieces: a sidecar that starts after the log's clock stepped (DST fall-back, an
+NTP step either way, a burst of lines stamped ahead) replays each stretch where it happened, and nothing old
+pages now. Real files and the real sidecar start-up; the log's times are built around the real clock."""
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from exporter import readback
+from exporter.config import Config
+from exporter.sidecar import Sidecar
+
+PAGING = ("retraction_storm", "retractions_frequent")
+
+
+def stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def startup(t: datetime) -> str:
+    return (f"[{stamp(t)}] server_args=ServerArgs(model_path='m', tp_size=1, max_running_requests=None)\n"
+            f"[{stamp(t)} TP0] Load weight begin. avail mem=78.50 GB\n"
+            f"[{stamp(t)} TP0] max_total_num_tokens=400000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+            f"max_running_requests=2048, context_len=32768, available_gpu_mem=6.50 GB\n"
+            f"[{stamp(t)}] The server is fired up and ready to roll!\n")
+
+
+def retraction(t: datetime) -> str:
+    return (f"[{stamp(t)} TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+            f"#new_token_ratio: 0.7000 -> 0.8000\n")
+
+
+def decode(t: datetime) -> str:
+    return (f"[{stamp(t)} TP0] Decode batch. #running-req: 8, #token: 9000, token usage: 0.50, cuda graph: True, "
+            f"gen throughput (token/s): 500.00, #queue-req: 0\n")
+
+
+def real_now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def storm(first: datetime, minutes: int, zone: timedelta) -> list[str]:
+    """20 retractions a minute for `minutes` from real time `first`, stamped on a clock `zone` ahead."""
+    return [retraction(first + zone + timedelta(seconds=3 * i)) for i in range(20 * minutes)]
+
+
+def quiet(first: datetime, minutes: int, zone: timedelta) -> list[str]:
+    """A decode batch line every 10 s, no retraction."""
+    return [decode(first + zone + timedelta(seconds=10 * i)) for i in range(6 * minutes)]
+
+
+def judge(log, **cfg) -> tuple[dict, Sidecar]:
+    os.utime(log, None)                                  # its last line was written just now
+    sc = Sidecar(Config(log_files=(str(log),), **cfg))
+    sc.prepare()
+    view = sc.view()
+    sc.shutdown()
+    return {sid: view.snapshot.judgements[sid].firing for sid in PAGING}, sc
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
+def test_dst_fall_back_replays_the_hour_before_it_where_it_happened(tmp_path, resumed):
+    """Central Europe, 25 minutes after the clocks went back: the log's clock read 02:00-02:59 twice. A storm
+    in the hour before the step ended 25 minutes ago; on one offset it is replayed as now (both signals fire).
+    Fresh: no positions file, the latest start-up replayed. Resumed: a sidecar counted the storm and stopped;
+    the lines after the step were written while none ran."""
+    now, log, pos = real_now(), tmp_path / "sglang.log", tmp_path / "positions.json"
+    summer, winter = timedelta(hours=2), timedelta(hours=1)
+    step = now - timedelta(minutes=25)
+    before = [startup(step - timedelta(minutes=70) + summer)] + storm(step - timedelta(minutes=60), 60, summer)
+    after = quiet(step, 25, winter)
+    cfg = {"positions_file": str(pos)} if resumed else {}
+    if resumed:
+        log.write_text("".join(before))
+        first = Sidecar(Config(log_files=(str(log),), **cfg))
+        first.prepare()
+        first.shutdown()
+        with open(log, "a") as fh:
+            fh.write("".join(after))
+    else:
+        log.write_text("".join(before + after))
+    firing, sc = judge(log, **cfg)
+    assert firing == {"retraction_storm": False, "retractions_frequent": False}
+    assert sc.engine.state.retractions_total == 1200          # every line is counted, where it happened
+    assert sc.engine.state.restarts == 0
+
+
+def test_a_forward_ntp_step_replays_without_a_page(tmp_path):
+    """A clock 50 minutes slow stepped forward 20 minutes ago; the storm before the step ended then."""
+    now, log = real_now(), tmp_path / "sglang.log"
+    step = now - timedelta(minutes=20)
+    slow = -timedelta(minutes=50)
+    lines = [startup(step - timedelta(minutes=40) + slow)]
+    lines += storm(step - timedelta(minutes=30), 30, slow)
+    lines += quiet(step, 20, timedelta(0))
+    log.write_text("".join(lines))
+    firing, sc = judge(log)
+    assert firing == {"retraction_storm": False, "retractions_frequent": False}
+    assert sc.engine.state.retractions_total == 600
+
+
+def test_a_burst_stamped_ahead_of_now_is_never_pinned_to_now(tmp_path):
+    """A clock 3 hours fast for ten minutes of storm, an hour ago, then set right: those lines are stamped
+    ahead of now. They are placed before the lines that follow them, not at the moment they are read."""
+    now, log = real_now(), tmp_path / "sglang.log"
+    lines = [startup(now - timedelta(minutes=90))]
+    lines += quiet(now - timedelta(minutes=89), 19, timedelta(0))
+    lines += storm(now - timedelta(minutes=70), 10, timedelta(hours=3))
+    lines += quiet(now - timedelta(minutes=60), 60, timedelta(0))
+    log.write_text("".join(lines))
+    firing, sc = judge(log, from_start=True)
+    assert firing == {"retraction_storm": False, "retractions_frequent": False}
+    assert sc.engine.state.retractions_total == 200
+
+
+def test_the_clock_map_places_each_stretch_by_itself(tmp_path):
+    """The map's offsets: the newest stretch by the file's mtime (zone snapped), each older one ending where
+    the next begins; a jump forward is a pause, not a step."""
+    log = tmp_path / "sglang.log"
+    t0 = datetime(2025, 10, 26, 2, 0, 0)
+    lines = [decode(t0 + timedelta(seconds=10 * i)) for i in range(360)]          # 02:00:00-02:59:50 CEST
+    lines += [decode(t0 + timedelta(seconds=10 * i)) for i in range(90)]           # 02:00:00-02:14:50 CET
+    lines += [decode(t0 + timedelta(hours=5) + timedelta(seconds=10 * i)) for i in range(6)]   # after a pause
+    log.write_text("".join(lines))
+    last = (t0 + timedelta(hours=5, seconds=50) - datetime(1970, 1, 1)).total_seconds()
+    written = last - 3600 + 2                                 # the log is in UTC+1, its last line 2 s ago
+    os.utime(log, (written, written))
+    now = time.time()
+    cmap = readback.clock_map([(str(log), 0, log.stat().st_size)], str(log), now)
+    assert cmap is not None and cmap.steps == 1
+    assert cmap.offsets[1] == -3600
+    assert cmap.offsets[0] == -3600 - 3590        # 02:59:50 CEST lands where 02:00:00 CET does (one step)
+    placer = cmap.placer()
+    placed = [placer.place(ts) for ts in (last - 5 * 3600 - 50 + 3590, last - 5 * 3600 - 50)]
+    assert placed[0] == placed[1]
