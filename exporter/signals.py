@@ -14,6 +14,7 @@ from exporter.catalog import SIGNALS, SIGNALS_BY_ID
 from exporter.catalog_native import METRICS_ONLY, missing_metrics
 from exporter.failures import STAGE_TEXT
 from exporter.signals_errors import ERROR_JUDGES
+from exporter.signals_serving import SERVING_JUDGES
 from exporter.signals_tuning import STARTUP_NOT_SEEN, TUNING_JUDGES
 from exporter.state import ServerState
 
@@ -396,5 +397,6 @@ _JUDGES = {
     "startup_stalled": _startup_stalled,
     **TUNING_JUDGES,
     **ERROR_JUDGES,
+    **SERVING_JUDGES,
 }
 assert set(_JUDGES) == {s.id for s in SIGNALS}, "every catalog signal needs a judge"

@@ -16,6 +16,7 @@ from exporter.generate.promtool_common import (
     target_labels,
     values_text,
 )
+from exporter.generate.promtool_serving import SERVING_NATIVE, serving_native_tests
 from exporter.generate.rules import Alert
 from exporter.generate.settings import RuleSettings
 
@@ -33,6 +34,8 @@ def native_tests(settings: RuleSettings, a: Alert) -> list[dict]:
     def out_labels(lab):
         return {k: v for k, v in lab.items() if k in keep}
 
+    if a.name in SERVING_NATIVE:
+        return serving_native_tests(settings, a, step, (pod_a, pod_b, pod_c), out_labels)
     t = settings.thresholds_in_force(a.signal)
     assert t is not None, a.signal           # rendered only for the signals in force
     if a.name == "SGLangNativeQueueAboveRange":

@@ -13,9 +13,11 @@ import yaml
 
 from exporter import catalog
 from exporter.catalog_native import native_metric_names
+from exporter.catalog_serving import SERVING_SIGNALS
 from exporter.catalog_tuning import TUNING_SIGNALS
 from exporter.config import Config
 from exporter.generate.promql import by, fmt_duration, num, sel
+from exporter.generate.rules_serving import serving_native_specs
 from exporter.generate.settings import RuleSettings
 from exporter.generate.yamlout import BlockDumper
 
@@ -328,6 +330,8 @@ def native_alerts(settings: RuleSettings) -> list[Alert]:
             "{{ $labels.instance }}: {{ $value | humanizePercentage }} of requests failed over " + w +
             f" (objective: {'under ' + ratio if op == '>' else 'paging at ' + ratio}). The cause is in SGLang's "
             "log: `Error in request: ...`.")
+    for spec in serving_native_specs(settings):
+        add(*spec)
     return out
 
 
@@ -393,14 +397,18 @@ def all_alerts(settings: RuleSettings) -> list[Alert]:
 
 def rule_files(settings: RuleSettings) -> dict[str, dict]:
     tuning = {s.alert.name for s in TUNING_SIGNALS if s.alert}
+    serving = {s.alert.name for s in SERVING_SIGNALS if s.alert}
     alerts = all_alerts(settings)
-    signal_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name not in tuning]
+    signal_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name not in tuning | serving]
     tuning_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name in tuning]
+    serving_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name in serving]
     return {
         EXPORTER_RULES: {"groups": [
             {"name": "sglang-exporter.signals", "rules": signal_rules},
             # the signals read from SGLang's newer /metrics families (catalog_tuning); a group stays <= 20 rules
             {"name": "sglang-exporter.tuning", "rules": tuning_rules},
+            # up but not serving, and the failures and waste SGLang counts itself (catalog_serving)
+            {"name": "sglang-exporter.serving", "rules": serving_rules},
             {"name": "sglang-exporter.meta", "rules": [a.rule() for a in alerts if a.kind == "meta"]},
             {"name": "sglang-exporter.fleet", "rules": exporter_recording_rules(settings)},
         ]},

@@ -9,7 +9,7 @@ that is decided once per (layout, rank) and kept in a slot, and `apply_rows` app
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.ingest.events import as_event
 from exporter.state.errors import RequestOutcomes
@@ -53,6 +53,10 @@ class BatchRows(StatePart):
     _graph_default_bs: Any
     _cap: Any
     _graph_max_bs: Any
+    _queued_cap: Any           # the admission cap's queue length (ServingFeed; None: no cap known)
+
+    if TYPE_CHECKING:
+        def admission_sample(self, now: float, queue) -> None: ...
 
     def apply_row(self, row: tuple, now: float) -> None:
         """A line still in its learned layout (events.Row), at `now`: what apply_event does with its Event, without
@@ -280,6 +284,8 @@ class BatchRows(StatePart):
             w.start(now)
         b = self._tally
         if queue is not None:
+            if self._queued_cap is not None:
+                self.admission_sample(now, queue)
             if self._min_queue is not None:
                 b[0] += 1
                 if queue < self._min_queue:

@@ -41,6 +41,10 @@ class ScrapeFeed(StatePart):
 
         def classify(self, now: float, queue, running, usage, cuda_graph) -> None: ...
 
+        def serving_scrape(self, scrape, now: float) -> None: ...
+
+        def forget_serving(self) -> None: ...
+
     def apply_scrape(self, scrape, now: float) -> None:
         """Fold one successful scrape of SGLang's /metrics (exporter.scrape.ScrapeResult) into state. Its numbers
         were checked at the edge (scrape.py drops what is not finite or out of range); SGLang's counters reach
@@ -99,6 +103,7 @@ class ScrapeFeed(StatePart):
             self._scrape_retractions(scrape, now)
         self.outcomes.scrape(now, self._increase("responses", scrape), self._increase("responses_5xx", scrape),
                              self._increase("aborted_requests", scrape), self._increase("requests", scrape))
+        self.serving_scrape(scrape, now)
         for name, buckets in scrape.histograms.items():
             h = self.histograms.setdefault(name, Histogram())
             h.snapshots.append((now, buckets))
@@ -193,6 +198,7 @@ class ScrapeFeed(StatePart):
         self.native = {}
         self.native_present = frozenset()
         self.scrape_samples.clear()
+        self.forget_serving()
 
 
 def pool_usage(vals: dict):

@@ -22,6 +22,7 @@ from exporter.state.errors import RequestOutcomes
 from exporter.state.ranks import MAX_RANKS, RankValues, fields_shape, per_scheduler, rank_label
 from exporter.state.rows import BatchRows
 from exporter.state.scraped import ScrapeFeed
+from exporter.state.serving import ServingFeed
 from exporter.state.startup import _MEMORY_READINGS, MAX_RESTART_EVIDENCE, StartupFacts
 from exporter.state.tuning import LogTuning
 from exporter.state.windows import Histogram, HitWindow, TimeWindow
@@ -29,10 +30,11 @@ from exporter.state.windows import Histogram, HitWindow, TimeWindow
 # the event kinds apply_event reads beyond batch lines
 _STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
                           "server_ready", "http_access", "request_error")) | CRASH_KINDS | STAGE_KINDS
+_SERVING_KINDS = frozenset(("server_args", "load_weight", "server_ready"))   # start-up durations (ServingFeed)
 FRACTION_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped")
 
 
-class ServerState(BatchRows, StartupFacts, ScrapeFeed):
+class ServerState(BatchRows, StartupFacts, ScrapeFeed, ServingFeed):
     """One SGLang server's state; Rows, the start-up and /metrics parts are its bases' jobs."""
 
     def __init__(self, params: dict[str, dict | None], log_fed: bool = True):
@@ -87,6 +89,7 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         self._tally = self.samples.tally     # classify counts in it (one list for the window's life)
         self.tuning = LogTuning(params)      # what leaders' batch lines say for the tuning signals
         self._tuning_shapes: dict = {}       # learned layout -> whether its lines feed self.tuning
+        self._serving_init(params, window)
         self._limits()
         self.retractions = TimeWindow(max(window["retractions_frequent"], window["retraction_storm"]))
         self.ooms = {"prefill": TimeWindow(window["oom_prefill"]), "decode": TimeWindow(window["oom_decode"])}
@@ -94,7 +97,8 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         self.outcomes = RequestOutcomes(window["error_rate"])
         # the windows expire() drops from (made once: a new epoch clears them in place)
         tuning_time = tuple(w for w in self.tuning.windows if isinstance(w, TimeWindow))
-        self._hit_windows = (self.samples, *(w for w in self.tuning.windows if not isinstance(w, TimeWindow)))
+        self._hit_windows = (self.samples, self.admission,
+                             *(w for w in self.tuning.windows if not isinstance(w, TimeWindow)))
         self._time_windows = (self.retractions, *self.ooms.values(), self.watchdogs, *tuning_time,
                               *self.outcomes.windows)
         self.histograms: dict[str, Histogram] = {}
@@ -152,6 +156,8 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
             if f.get("method") == "POST":
                 self.outcomes.access("POST", f.get("status", 0), now)
             return
+        if kind in _SERVING_KINDS:
+            self.serving_event(kind, ev, now)
         if ev.ts is not None:
             last = self._source_t.get(ev.source)
             if last is None or ev.ts > last:
@@ -234,6 +240,7 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         if chunk is None:
             chunk = self.server_args.get("chunked_prefill_size")
         self.chunk_size = chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else None
+        self._admission_limits()
 
     # ------------------------------------------------------------------ durability
     _COUNTERS = ("retractions_total", "retracted_requests_total", "watchdog_total", "restarts")
@@ -277,6 +284,7 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         edge = now - self.scrape_window
         while self.scrape_samples and self.scrape_samples[0][0] < edge:
             self.scrape_samples.popleft()
+        self.expire_serving(now)
 
     def retractions_per_minute(self, now: float, window: float) -> float:
         """Retraction events per minute over the last `window` seconds, exactly. Which span to take is the

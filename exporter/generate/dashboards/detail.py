@@ -20,6 +20,7 @@ from exporter.generate.dashboards.queries import (
     sglang,
     sglang_family,
 )
+from exporter.generate.dashboards.serving import serving_panels
 
 UID = "sglang-detail"
 TITLE = "SGLang / Detail"
@@ -221,4 +222,4 @@ def detail(limits: Limits) -> DashboardSpec:
     return DashboardSpec(UID, TITLE, DESCRIPTION,
                          [*batch_panels(limits), *kv_cache_panels(limits), *memory_panels(limits),
                           *latency_panels(limits), *objective_panels(), *native_panels(limits),
-                          *per_rank_panels(limits), *exporter_health_panels(limits)])
+                          *serving_panels(limits), *per_rank_panels(limits), *exporter_health_panels(limits)])
