@@ -69,8 +69,8 @@ def test_a_request_error_while_serving_never_pages_a_crash(tmp_path):
     sig = report(tmp_path, lines)
     assert not sig["server_crashed"]["fired"]
     rep = sig["_report"]
-    assert rep["events"].get("request_error") == 1 and "traceback" not in rep["events"]
-    assert rep["events"].get("http_access") == 1
+    assert rep["records"].get("request_error") == 1 and "traceback" not in rep["records"]
+    assert rep["records"].get("http_access") == 1
 
 
 def test_the_same_traceback_without_its_request_line_is_a_crash_once_batches_stop(tmp_path):
