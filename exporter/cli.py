@@ -428,6 +428,8 @@ def build_parser(command: str | None = None) -> _Parser:
     s.add_argument("--speed", type=float, default=10.0, metavar="X", help="simulated seconds per wall-clock second")
     s.add_argument("--duration", type=float, default=None, metavar="WALL_SECONDS",
                    help="stop after this many wall-clock seconds (default: run until Ctrl-C)")
+    s.add_argument("--profile", choices=list(PROFILES), default=None,
+                   help=f"workload profile the sidecar judges by (default: the scenario's own, else {DEFAULT_PROFILE})")
     s.set_defaults(func=cmd_demo)
     return p
 
