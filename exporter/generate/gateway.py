@@ -20,7 +20,7 @@ from exporter.config import Config
 from exporter.generate.dashboards.grafana import DATASOURCE, dashboard_content
 from exporter.generate.dashboards.house import decorate as decorate_dashboard
 from exporter.generate.dashboards.model import DashboardSpec, Panel, Target
-from exporter.generate.promql import by, fmt_duration, num, parse_duration, sel
+from exporter.generate.promql import by, fmt_duration, num, parse_duration, sel, selector_labels
 from exporter.generate.promtool_common import alert_case, expected_alert, interval, series_text, values_text
 from exporter.generate.rules import HEADER, Alert, decorate, dump
 from exporter.generate.settings import RuleSettings
@@ -153,9 +153,7 @@ def _case(a: Alert, f: float, step: float, series: list, fires: list, name: str,
           rated: bool = False) -> dict:
     """Firing with exactly `fires` once `for:` has passed since the condition began (`lead`), and quiet one step
     earlier. A `rated` expression ramps up while its rate window fills (counters start at 0), so its start is not
-    one sample: it is checked once the window is full, without the step-before case."""
-    if rated:
-        lead = parse_duration(RATE) + step
+    one sample: `lead` is then the window (full after it) and the step-before case is left out."""
     checks = [alert_case(a.name, lead + f, [expected_alert(a, lab, v) for lab, v in fires])]
     if f > 0 and not rated:
         checks.insert(0, alert_case(a.name, lead + f - step, []))
@@ -172,6 +170,7 @@ def tests(settings: RuleSettings) -> list[dict]:
     by_name = {a.signal: a for a in alerts(settings)}
     a_, b_, c_ = (gateway_target(settings, p) for p in ("gateway-a", "gateway-b", "gateway-c"))
     w1, w2, w3 = WORKERS
+    rate_lead = parse_duration(settings.window(RATE)) + step
     out = []
 
     def steps_for(a: Alert, extra_seconds: float = 0) -> int:
@@ -235,7 +234,7 @@ def tests(settings: RuleSettings) -> list[dict]:
         _s("smg_worker_retries_exhausted_total", {**b_, "endpoint": "chat", "worker_type": "regular"}, [3] * n),
         _s("sgl_router_retries_exhausted_total", {**c_, "route": "/generate"}, [per_step * k for k in range(n)]),
     ], [(_keep(settings, a_), 2), (_keep(settings, c_), 2)],
-        "2 per minute fire (both spellings); a flat counter is quiet", rated=True))
+        "2 per minute fire (both spellings); a flat counter is quiet", lead=rate_lead, rated=True))
 
     a = by_name["gateway_error_ratio"]
     n, f = steps_for(a, 300), parse_duration(a.for_)
@@ -251,7 +250,7 @@ def tests(settings: RuleSettings) -> list[dict]:
         _s("sgl_router_request_errors_total", {**c_, "route": "/generate", "error_type": "request_failed"},
            [1 * k for k in range(n)]),
     ], [(_keep(settings, a_), 0.1), (_keep(settings, c_), 0.1)],
-        "10% 5xx fires (both spellings); 10% 4xx is quiet", rated=True))
+        "10% 5xx fires (both spellings); 10% 4xx is quiet", lead=rate_lead, rated=True))
 
     a = by_name["gateway_rate_limited"]
     n, f = steps_for(a, 300), parse_duration(a.for_)
@@ -260,14 +259,15 @@ def tests(settings: RuleSettings) -> list[dict]:
         _s("smg_http_rate_limit_total", {**a_, "result": "rejected"}, [2 * k for k in range(n)]),
         _s("smg_http_rate_limit_total", {**b_, "result": "allowed"}, [10 * k for k in range(n)]),
         _s("smg_http_rate_limit_total", {**b_, "result": "rejected"}, [0] * n),
-    ], [(_keep(settings, a_), 0.2)], "20% rejected fires; none rejected is quiet", rated=True))
+    ], [(_keep(settings, a_), 0.2)], "20% rejected fires; none rejected is quiet", lead=rate_lead, rated=True))
 
     a = by_name["gateway_latency_above_engines"]
     n, f = steps_for(a, 300), parse_duration(a.for_)
     site = {k: v for k, v in a_.items() if k in SITE_LABELS}
     route = {"router_type": "http", "backend_type": "regular", "connection_mode": "http", "model": "m",
              "endpoint": "chat"}
-    eng = {"job": "sglang", "pod": "engine-0", "instance": "10.0.1.1:30000", "model_name": "m"}
+    eng = {"job": "sglang", "pod": "engine-0", "instance": "10.0.1.1:30000", "model_name": "m",
+           **selector_labels(settings.sglang_selector, settings.sglang_test_labels)}
     eng = {**{k: v for k, v in a_.items() if k in SITE_LABELS}, **eng}
     e2e = native_metric_names("e2e")[0]
     out.append(_case(a, f, step, [
@@ -276,14 +276,14 @@ def tests(settings: RuleSettings) -> list[dict]:
         _s("smg_router_request_duration_seconds_count", {**a_, **route}, list(range(n))),
         _s(f"{e2e}_sum", eng, [1.5 * k for k in range(n)]),
         _s(f"{e2e}_count", eng, list(range(n))),
-    ], [(site, 2.5)], "2.5 s beyond the engines' mean fires", rated=True))
+    ], [(site, 2.5)], "2.5 s beyond the engines' mean fires", lead=rate_lead, rated=True))
     out.append(_case(a, f, step, [
         _s("smg_router_request_duration_seconds_sum", {**a_, **route}, [2 * k for k in range(n)]),
         _s("smg_router_request_duration_seconds_count", {**a_, **route}, list(range(n))),
         # the engines' names as the gateway's /engine_metrics rewrites them
         _s(f"{e2e.replace(':', '_')}_sum", eng, [1.5 * k for k in range(n)]),
         _s(f"{e2e.replace(':', '_')}_count", eng, list(range(n))),
-    ], [], "0.5 s beyond the engines' (rewritten `sglang_` names) is quiet", rated=True))
+    ], [], "0.5 s beyond the engines' (rewritten `sglang_` names) is quiet", lead=rate_lead, rated=True))
 
     a = by_name["gateway_load_imbalance"]
     n, f = steps_for(a), parse_duration(a.for_)
