@@ -34,6 +34,7 @@ SITE_LABELS = ("cluster", "namespace")     # the identity labels a gateway share
 OPEN = 'to="open"'
 SERVER_ERROR = 'status_code=~"5.."'
 REJECTED = 'result="rejected"'
+RUN = "# Run: promtool test rules alerts/tests/*.test.yml\n"
 ENGINE_BOARDS = (("SGLang overview", "sglang-overview"), ("SGLang detail", "sglang-detail"))
 
 
@@ -94,8 +95,10 @@ def exprs(settings: RuleSettings, scope: str = "") -> dict[str, tuple[str, str]]
                 f"  / sum by ({site}) (rate({count_series}[{w}]))")
     engine_e2e = native_metric_names("e2e")[0]
     engine_sel = sel(settings.sglang_selector, *([scope] if scope else []))
-    engine = "(\n  " + "\n  # engines scraped through the gateway's /engine_metrics: `sglang:` rewritten to `sglang_`\n  or\n  ".join(
-        mean(f"{e}_sum{engine_sel}", f"{e}_count{engine_sel}") for e in (engine_e2e, engine_e2e.replace(":", "_"))) + "\n)"
+    rewritten = ("\n  # engines scraped through the gateway's /engine_metrics: `sglang:` rewritten to `sglang_`"
+                 "\n  or\n  ")
+    engine = "(\n  " + rewritten.join(mean(f"{e}_sum{engine_sel}", f"{e}_count{engine_sel}")
+                                      for e in (engine_e2e, engine_e2e.replace(":", "_"))) + "\n)"
     out["gateway_latency_above_engines"] = (
         _either("smg_router_request_duration_seconds", lambda m: mean(g(m + "_sum"), g(m + "_count")))
         + f"\n- on ({site})\n" + engine,
@@ -205,7 +208,8 @@ def tests(settings: RuleSettings) -> list[dict]:
         _s("smg_worker_cb_state", {**a_, "worker": w2}, [2] * n),            # half-open: probing, quiet
         _s("smg_worker_cb_state", {**b_, "worker": w1}, [-1] * n),           # removed worker, quiet
         _s("sgl_router_cb_state", {**c_, "worker": w3}, [1] * n),
-    ], [(_keep(settings, {**a_, "worker": w1}, ("worker",)), 1), (_keep(settings, {**c_, "worker": w3}, ("worker",)), 1)],
+    ], [(_keep(settings, {**a_, "worker": w1}, ("worker",)), 1),
+        (_keep(settings, {**c_, "worker": w3}, ("worker",)), 1)],
         "an open breaker fires per worker (both spellings); half-open and removed are quiet"))
 
     a = by_name["gateway_circuit_flapping"]
@@ -221,7 +225,8 @@ def tests(settings: RuleSettings) -> list[dict]:
         _s("sgl_router_cb_state_transitions_total", {**c_, "worker": w3, "from": "half_open", "to": "open"}, flap),
     ], [], f"{opens} openings fire (both spellings); {opens - 1} are quiet")
     case["alert_rule_test"] = [alert_case(a.name, t, [
-        expected_alert(a, _keep(settings, {**lab, "worker": wk}, ("worker",)), opens) for lab, wk in ((a_, w1), (c_, w3))])]
+        expected_alert(a, _keep(settings, {**lab, "worker": wk}, ("worker",)), opens)
+        for lab, wk in ((a_, w1), (c_, w3))])]
     # increase() over a 15m range extrapolates; the exact count is asserted on a range covering every sample
     out.append(case)
 
@@ -295,7 +300,8 @@ def tests(settings: RuleSettings) -> list[dict]:
         for wk, load, h in zip(WORKERS, loads, healths):
             series += [_s(active, {**lab, "worker": wk}, [load] * n), _s(health, {**lab, "worker": wk}, [h] * n)]
     out.append(_case(a, f, step, series, [(_keep(settings, a_), 0.05), (_keep(settings, c_), 0.125)],
-                     "one healthy worker idle beside a busy one fires (both spellings); an idle unhealthy one is quiet"))
+                     "one healthy worker idle beside a busy one fires (both spellings); "
+                     "an idle unhealthy one is quiet"))
     return out
 
 
@@ -375,7 +381,7 @@ def _threshold(test: str) -> float | None:
 def render(config: Config) -> dict[str, str]:
     settings = RuleSettings(config)
     files = {f"alerts/{RULES}": HEADER + dump(rule_file(settings)),
-             f"alerts/{TESTS}": HEADER + "# Run: promtool test rules alerts/tests/*.test.yml\n" + dump(test_file(settings)),
+             f"alerts/{TESTS}": HEADER + RUN + dump(test_file(settings)),
              f"dashboards/{UID}.json": json.dumps(dashboard(settings), indent=2, sort_keys=True) + "\n"}
     for a in alerts(settings):
         files[f"docs/runbooks/{a.name}.md"] = runbook(a, GATEWAY_SIGNALS_BY_ID[a.signal or ""])

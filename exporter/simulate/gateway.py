@@ -114,7 +114,8 @@ class GatewaySimulator:
                       ({"path": path, "status_code": "503", "error_code": "no_workers"}, self.failed)])
         route = {"router_type": "http", "backend_type": "regular", "connection_mode": "http", "model": self.model,
                  "endpoint": "chat"}
-        out.append(f"# HELP smg_router_request_duration_seconds {releases.family('smg_router_request_duration_seconds').help}")
+        duration = releases.family("smg_router_request_duration_seconds")
+        out.append(f"# HELP {duration.name} {duration.help}")
         out.append("# TYPE smg_router_request_duration_seconds histogram")
         out.append(_histogram_line("smg_router_request_duration_seconds", route, self.ok, self.duration_sum))
         return "\n".join(out) + "\n"
