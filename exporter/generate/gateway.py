@@ -529,15 +529,10 @@ def doc(settings: RuleSettings) -> str:
               f"({', '.join(rel.releases('router'))}; names from the compiled extension's strings). "
               "`-`: still defined by the newest release of that line.", "",
               "| family | type | labels | gateway (smg tags) | sglang-router wheels |", "|---|---|---|---|---|"]
-    data = rel._data()
-    names = sorted(set(data["gateway"]["families"]) | set(data["router"]["families"]))
-    for name in names:
-        f = rel.family(name)
-
-        def span(line: str) -> str:
-            got = data[line]["families"].get(name)
-            return "" if got is None else f"{got['first']} – {got['last'] or '-'}"
-        lines.append(f"| `{name}` | {f.type} | {', '.join(f.labels)} | {span('gateway')} | {span('router')} |")
+    for name, f in sorted(rel.families().items()):
+        spans = [rel.span(name, line) for line in rel.LINES]
+        cells = ["" if sp is None else f"{sp[0]} – {sp[1] or '-'}" for sp in spans]
+        lines.append(f"| `{name}` | {f.type} | {', '.join(f.labels)} | {cells[0]} | {cells[1]} |")
     lines += ["", "Renamed (the same meaning): " + ", ".join(f"`{o}` → `{n}`" for o, n in rel.renames().items())
               + ".", "", "## Refresh", "", "```sh",
               "pip download --no-deps --only-binary=:all: sglang-router==X -d WHEELS/X   # per version",

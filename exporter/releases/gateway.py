@@ -59,6 +59,12 @@ def family(name: str) -> GatewayFamily:
         raise KeyError(f"{name}: no gateway or router release defines it (exporter/releases/gateway.json)") from None
 
 
+def span(name: str, line: str) -> tuple[str, str | None] | None:
+    """(first, last or None) release of `line` defining the family, or None when none of that line does."""
+    got = _data()[line]["families"].get(name)
+    return None if got is None else (got["first"], got["last"])
+
+
 def renames() -> dict[str, str]:
     """old sgl_router_ name -> the smg_ name that replaced it."""
     return {old: new for old, new in _data()["renames"]}
