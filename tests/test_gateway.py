@@ -83,3 +83,76 @@ def test_board_links_to_the_engine_boards():
     urls = [link.get("url", "") for link in BOARD["links"]]
     for _, uid in gen.ENGINE_BOARDS:
         assert any(f"/d/{uid}" in u for u in urls)
+
+
+# ---- the simulator's expositions and the deploy objects ----
+
+@pytest.mark.parametrize("release", ["1.9.0", "1.0.1", "0.3.2", "0.2.4"])
+def test_simulator_speaks_the_release_names_and_its_incidents_show(release):
+    from exporter.simulate.gateway import GatewaySimulator, uses_old_names
+    sim = GatewaySimulator(release, workers=2)
+    sim.advance(10)
+    sim.set_healthy(0, False)
+    sim.open_breaker(1)
+    sim.advance(10)
+    text = sim.metrics_text()
+    names = {line.split("{")[0].split()[0] for line in text.splitlines() if line and not line.startswith("#")}
+    prefix = "sgl_router_" if uses_old_names(release) else "smg_"
+    assert all(n.startswith(prefix) for n in names)
+    for n in names:
+        _family(n)                                   # every served name is one a release defines
+    health = "sgl_router_worker_health" if prefix == "sgl_router_" else "smg_worker_health"
+    cb = "sgl_router_cb_state" if prefix == "sgl_router_" else "smg_worker_cb_state"
+    assert f'{health}{{worker="http://10.0.1.1:30000"}} 0' in text
+    assert f'{cb}{{worker="http://10.0.1.2:30000"}} 1' in text
+
+
+def test_simulator_rejects_an_unknown_release():
+    from exporter.simulate.gateway import GatewaySimulator
+    with pytest.raises(ValueError, match="9.9.9: not a gateway release"):
+        GatewaySimulator("9.9.9")
+
+
+def _helm(*sets: str):
+    import subprocess
+
+    from helm_render import CHART, tool
+    args = [tool("helm"), "template", "t", str(CHART), "--set", "sglang.podSelector.matchLabels.app=sglang"]
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def test_chart_scrapes_the_gateway_port_and_ships_its_rules_only_when_enabled():
+    off = _helm()
+    assert off.returncode == 0, off.stderr
+    docs = [d for d in yaml.safe_load_all(off.stdout) if d]
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-gateway") or "gateway-rules" in d["metadata"]["name"]]
+    board = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboards"))
+    assert f"{gen.UID}.json" in board["data"]
+    on = _helm("gateway.enabled=true", "gateway.podSelector.matchLabels.app=smg")
+    assert on.returncode == 0, on.stderr
+    docs = [d for d in yaml.safe_load_all(on.stdout) if d]
+    monitor = next(d for d in docs if d["kind"] == "PodMonitor" and d["metadata"]["name"].endswith("-gateway"))
+    endpoint = monitor["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["targetPort"] == gen.METRICS_PORT
+    assert endpoint["relabelings"][0]["replacement"] == gen.GATEWAY_JOB
+    rule = next(d for d in docs if d["kind"] == "PrometheusRule" and d["metadata"]["name"].endswith("gateway-rules"))
+    assert rule["spec"] == gen.rule_file(gen.RuleSettings(Config()))
+    svc = _helm("gateway.enabled=true", "gateway.monitor=ServiceMonitor", "gateway.service.selector.matchLabels.app=smg")
+    assert svc.returncode == 0, svc.stderr
+    assert any(d["kind"] == "ServiceMonitor" and d["metadata"]["name"].endswith("-gateway")
+               for d in yaml.safe_load_all(svc.stdout) if d)
+    missing = _helm("gateway.enabled=true")
+    assert missing.returncode != 0 and "gateway.podSelector" in missing.stderr
+
+
+def test_kustomize_component_builds():
+    import subprocess
+
+    from helm_render import ROOT, tool
+    out = subprocess.run([tool("kubectl"), "kustomize", str(ROOT / gen.COMPONENT)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
+    assert kinds == ["ConfigMap", "PodMonitor", "PrometheusRule"]
