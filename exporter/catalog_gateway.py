@@ -147,6 +147,31 @@ GATEWAY_SIGNALS: tuple[GatewaySignal, ...] = (
          "balance threshold pins shared prefixes to one worker.",
          "Compare the workers' engine dashboards: queue and KV usage on the busy one."),
         ("smg_worker_requests_active", "smg_worker_health"), {"max_min_share": 0.2, "min_busy": 8}),
+    GatewaySignal(
+        "gateway_pd_failures", "PD bootstrap or KV transfer failing", "warning",
+        "SGLangGatewayPDTransferFailures", "5m",
+        "The SGLang gateway sees PD bootstrap or KV-transfer failures.",
+        "{{ $labels.pod }} ({{ $labels.namespace }}): {{ $value | printf \"%.1f\" }} PD bootstrap or KV "
+        "transfer failures per minute.",
+        "In prefill-decode disaggregation, the gateway sees requests whose bootstrap between a prefill and a "
+        "decode worker, or whose KV cache transfer, failed.",
+        "Those requests fail or are retried; decode workers wait for KV that never arrives.",
+        ("Open the prefill and decode engines' dashboards: their `num_bootstrap_failed_reqs_total` and "
+         "`num_transfer_failed_reqs_total`, and the PD queues.",
+         "Check the transfer backend (mooncake, nixl: `smg_pd_kv_connector_mode_total`) and the RDMA/network "
+         "path between prefill and decode pods."),
+        ("smg_pd_bootstrap_failures_total", "smg_pd_kv_transfer_failures_total"), {"per_minute": 1.0}),
+    GatewaySignal(
+        "gateway_discovery_failing", "Worker discovery failing", "warning",
+        "SGLangGatewayDiscoveryFailing", "5m",
+        "The SGLang gateway fails to register discovered workers.",
+        "{{ $labels.pod }} ({{ $labels.namespace }}): {{ $value | printf \"%.0f\" }} worker registrations "
+        "from {{ $labels.source }} discovery failed in 15 minutes.",
+        "Service discovery found workers the gateway could not register.",
+        "Workers that are up receive no traffic; the pool stays smaller than the fleet.",
+        ("Read the gateway's log for the failed registration (the worker URL and the error).",
+         "Check that the workers answer the gateway's health check and model info requests."),
+        ("smg_discovery_registrations_total",), {"failures": 1, "window": "15m"}),
 )
 GATEWAY_SIGNALS_BY_ID = {s.id: s for s in GATEWAY_SIGNALS}
 

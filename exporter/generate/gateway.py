@@ -37,6 +37,7 @@ SITE_LABELS = ("cluster", "namespace")     # the identity labels a gateway share
 OPEN = 'to="open"'
 SERVER_ERROR = 'status_code=~"5.."'
 REJECTED = 'result="rejected"'
+FAILED = 'result="failed"'
 RUN = "# Run: promtool test rules alerts/tests/*.test.yml\n"
 ENGINE_BOARDS = (("SGLang overview", "sglang-overview"), ("SGLang detail", "sglang-detail"))
 
@@ -106,6 +107,16 @@ def exprs(settings: RuleSettings, scope: str = "") -> dict[str, tuple[str, str]]
         _either("smg_router_request_duration_seconds", lambda m: mean(g(m + "_sum"), g(m + "_count")))
         + f"\n- on ({site})\n" + engine,
         "(\n{}\n) > " + num(d["gateway_latency_above_engines"]["max_extra_seconds"]))
+    # metrics-rs exports a counter once it is first incremented: either PD counter may be missing alone
+    boot, xfer = (f"sum by ({j}) (rate({g(m)}[{w}]))"
+                  for m in ("smg_pd_bootstrap_failures_total", "smg_pd_kv_transfer_failures_total"))
+    out["gateway_pd_failures"] = (f"(\n  (\n    {boot}\n    or\n    0 * {xfer}\n  )\n  +\n"
+                                  f"  (\n    {xfer}\n    or\n    0 * {boot}\n  )\n) * 60",
+                                  "{} > " + num(d["gateway_pd_failures"]["per_minute"]))
+    disc_w = settings.window(d["gateway_discovery_failing"]["window"])
+    out["gateway_discovery_failing"] = (
+        f"sum by ({j}, source) (increase({g('smg_discovery_registrations_total', FAILED)}[{disc_w}]))",
+        "{} >= " + num(d["gateway_discovery_failing"]["failures"]))
     li = d["gateway_load_imbalance"]
     pairs = [("smg_worker_requests_active", "smg_worker_health"),
              ("sgl_router_running_requests", "sgl_router_worker_health")]
@@ -305,6 +316,29 @@ def tests(settings: RuleSettings) -> list[dict]:
     out.append(_case(a, f, step, series, [(_keep(settings, a_), 0.05), (_keep(settings, c_), 0.125)],
                      "one healthy worker idle beside a busy one fires (both spellings); "
                      "an idle unhealthy one is quiet"))
+    a = by_name["gateway_pd_failures"]
+    n, f = steps_for(a, 300), parse_duration(a.for_)
+    out.append(_case(a, f, step, [
+        # gateway-a: only KV transfers fail (its bootstrap counter never incremented, so not exported)
+        _s("smg_pd_kv_transfer_failures_total", a_, [2 * step / 60 * k for k in range(n)]),
+        # gateway-b: both exported, rare failures
+        _s("smg_pd_kv_transfer_failures_total", b_, [0.25 * step / 60 * k for k in range(n)]),
+        _s("smg_pd_bootstrap_failures_total", b_, [0.25 * step / 60 * k for k in range(n)]),
+        # gateway-c: only bootstraps fail
+        _s("smg_pd_bootstrap_failures_total", c_, [3 * step / 60 * k for k in range(n)]),
+    ], [(_keep(settings, a_), 2), (_keep(settings, c_), 3)],
+        "2 and 3 failures per minute fire whichever counter exists; 0.5 per minute is quiet",
+        lead=rate_lead, rated=True))
+
+    a = by_name["gateway_discovery_failing"]
+    n, f = steps_for(a), parse_duration(a.for_)
+    k8s = {"source": "kubernetes"}
+    out.append(_case(a, f, step, [
+        _s("smg_discovery_registrations_total", {**a_, **k8s, "result": "failed"}, [0, 0] + [2] * n),
+        _s("smg_discovery_registrations_total", {**a_, **k8s, "result": "success"}, [5] * (n + 2)),
+        _s("smg_discovery_registrations_total", {**b_, **k8s, "result": "success"}, [5] + [9] * (n + 1)),
+    ], [(_keep(settings, {**a_, **k8s}, ("source",)), 2)],
+        "failed registrations fire; successful ones are quiet", lead=2 * step))
     return out
 
 
@@ -544,7 +578,6 @@ def doc(settings: RuleSettings) -> str:
               "and breakers opening; `tests/test_gateway_e2e.py` pages SGLangGatewayNoHealthyWorker through a "
               "real Prometheus and Alertmanager with it.", "",
               "## Not yet", "",
-              "Cache-aware routing degraded, PD bootstrap/KV-transfer failures seen by the gateway, discovery "
-              "failing, and joined judgements (a gateway page naming the engine's own verdict, with inhibition) "
-              "are not built yet.", ""]
+              "Cache-aware routing degraded and joined judgements (a gateway page naming the engine's own "
+              "verdict, with inhibition so one incident pages once) are not built yet.", ""]
     return "\n".join(lines)
