@@ -172,6 +172,19 @@ GATEWAY_SIGNALS: tuple[GatewaySignal, ...] = (
         ("Read the gateway's log for the failed registration (the worker URL and the error).",
          "Check that the workers answer the gateway's health check and model info requests."),
         ("smg_discovery_registrations_total",), {"failures": 1, "window": "15m"}),
+    GatewaySignal(
+        "gateway_locality_lost", "Prefix-hash routing giving up locality", "warning",
+        "SGLangGatewayPrefixLocalityLost", "15m",
+        "The SGLang gateway's prefix-hash routing rarely sends requests to their prefix's worker.",
+        "{{ $labels.pod }} ({{ $labels.namespace }}): only {{ $value | humanizePercentage }} of prefix-hash "
+        "routing decisions over 15 minutes went to the prefix's own worker.",
+        "With the prefix_hash policy, most requests leave the worker their prefix hashes to (the ring's "
+        "worker is overloaded or unhealthy, so the policy walks on or falls back to the least loaded one).",
+        "Prefix-cache reuse on the engines drops: more prefill work, higher time to first token.",
+        ("Compare the engines' prefix cache hit rate (engine boards) with the share here.",
+         "A walk means the ring's worker is above the load bound: add workers or raise the bound; a fallback "
+         "means the ring lookup failed or workers are unhealthy."),
+        ("smg_prefix_hash_policy_branch_total",), {"min_share": 0.5, "window": "15m"}),
 )
 GATEWAY_SIGNALS_BY_ID = {s.id: s for s in GATEWAY_SIGNALS}
 
