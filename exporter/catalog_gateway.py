@@ -185,6 +185,19 @@ GATEWAY_SIGNALS: tuple[GatewaySignal, ...] = (
          "A walk means the ring's worker is above the load bound: add workers or raise the bound; a fallback "
          "means the ring lookup failed or workers are unhealthy."),
         ("smg_prefix_hash_policy_branch_total",), {"min_share": 0.5, "window": "15m"}),
+    GatewaySignal(
+        "gateway_worker_engine_crashed", "Breaker open on a worker whose engine crashed", "critical",
+        "SGLangGatewayWorkerEngineCrashed", "0s",
+        "A worker's circuit is open in the SGLang gateway and its engine reports a crash.",
+        "Worker {{ $labels.worker }} behind gateway {{ $labels.gateway }}: circuit open; its engine "
+        "{{ $labels.pod }} reports a crash. Cause: {{ $labels.cause_class }} {{ $labels.cause }}",
+        "The gateway stopped routing to a worker, and the sidecar beside that worker's engine judged it crashed: "
+        "one incident seen from both sides (joined on the worker's address, the engine pod's IP).",
+        "The pool runs one worker short until the engine restarts; this page replaces the engine's crash page "
+        "and the gateway's breaker ticket (inhibited).",
+        ("Follow the engine's crash runbook (SGLangServerCrashed): the cause line is in this alert.",
+         "Once the engine is back, the breaker closes by itself after its timeout."),
+        ("smg_worker_cb_state",)),
 )
 GATEWAY_SIGNALS_BY_ID = {s.id: s for s in GATEWAY_SIGNALS}
 

@@ -100,3 +100,55 @@ def test_no_healthy_worker_pages_once_through_prometheus_and_alertmanager(releas
         sim_server.server_close()
         webhook.close()
         tmp.cleanup()
+
+
+def test_the_joined_page_inhibits_the_engine_crash_and_the_breaker_alert():
+    """One incident pages once: SGLangGatewayWorkerEngineCrashed silences the engine's SGLangServerCrashed (same
+    engine instance) and the gateway's SGLangGatewayCircuitOpen (same worker), in a real Alertmanager with the
+    example configuration; an unrelated engine's crash stays active."""
+    import json
+    import urllib.request
+    alertmanager = require_tool("prometheus-alertmanager")
+    webhook = Webhook()
+    procs: list[Proc] = []
+    tmp = tempfile.TemporaryDirectory(prefix="sglang-gateway-inhibit-")
+    workdir = Path(tmp.name)
+    worker, engine = "http://10.0.1.1:30000", {"namespace": NAMESPACE, "instance": "10.0.1.1:10060", "pod": "engine-1"}
+    alerts = [
+        {"alertname": "SGLangGatewayWorkerEngineCrashed", "severity": "critical", **engine, "worker": worker,
+         "gateway": POD, "cause_class": "cuda_oom"},
+        {"alertname": "SGLangServerCrashed", "severity": "critical", **engine},
+        {"alertname": "SGLangGatewayCircuitOpen", "severity": "warning", "namespace": NAMESPACE, "pod": POD,
+         "instance": "10.0.0.11:29000", "worker": worker},
+        {"alertname": "SGLangServerCrashed", "severity": "critical", **engine, "instance": "10.0.1.2:10060",
+         "pod": "engine-2"},
+    ]
+    try:
+        am_cfg = workdir / "alertmanager.yml"
+        am_cfg.write_text(yaml.safe_dump(alertmanager_config(yaml.safe_load(AM_EXAMPLE.read_text()), webhook.base)))
+        am_url = _listen("alertmanager", lambda port: [
+            alertmanager, f"--config.file={am_cfg}", f"--storage.path={workdir / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="], workdir, procs)
+        body = json.dumps([{"labels": a} for a in alerts]).encode()
+        req = urllib.request.Request(f"{am_url}/api/v2/alerts", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert r.status == 200
+
+        def states():
+            got = get_json(f"{am_url}/api/v2/alerts?active=true&inhibited=true&silenced=true&unprocessed=true")
+            if len(got) < len(alerts):
+                return None
+            return {(a["labels"]["alertname"], a["labels"]["instance"]): bool(a["status"]["inhibitedBy"])
+                    for a in got}
+        want = {("SGLangGatewayWorkerEngineCrashed", "10.0.1.1:10060"): False,
+                ("SGLangServerCrashed", "10.0.1.1:10060"): True,
+                ("SGLangGatewayCircuitOpen", "10.0.0.11:29000"): True,
+                ("SGLangServerCrashed", "10.0.1.2:10060"): False}
+        assert wait_until(lambda: states() == want and states(), timeout=20, interval=0.2,
+                          what="inhibitions") == want
+    finally:
+        for p in procs:
+            p.stop()
+        webhook.close()
+        tmp.cleanup()

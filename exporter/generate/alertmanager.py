@@ -63,6 +63,17 @@ def alertmanager_config(settings: RuleSettings) -> dict:
                 "target_matchers": ['alertname="SGLangStalled"'],
                 "equal": list(settings.inhibit_equal),
             },
+            {  # a gateway breaker open on a worker whose engine crashed: one page, the joined one (its engine's
+                # crash page, on the engine's instance)
+                "source_matchers": ['alertname="SGLangGatewayWorkerEngineCrashed"'],
+                "target_matchers": ['alertname="SGLangServerCrashed"'],
+                "equal": list(settings.inhibit_equal),
+            },
+            {  # ... and the gateway's own breaker alert on that worker
+                "source_matchers": ['alertname="SGLangGatewayWorkerEngineCrashed"'],
+                "target_matchers": ['alertname="SGLangGatewayCircuitOpen"'],
+                "equal": [lab for lab in settings.inhibit_equal if lab != "instance"] + ["worker"],
+            },
             {  # a critical of a family (retraction storm) silences its warnings (retractions frequent)
                 "source_matchers": ['severity="critical"', 'family=~".+"'],
                 "target_matchers": ['severity="warning"', 'family=~".+"'],
