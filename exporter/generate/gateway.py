@@ -385,7 +385,8 @@ def tests(settings: RuleSettings) -> list[dict]:
                               for e in (exporter_a, exporter_b))
     cause = {"cause_class": "cuda_oom", "cause": "torch.OutOfMemoryError: CUDA out of memory."}
     crashed = {"signal": "server_crashed"}
-    fires = {**exporter_a, "gateway": a_["pod"], "worker": w1, **cause}
+    # the joined alert keeps the engine's identity labels (join_labels), not the rest of the exporter's selector
+    fires = {**_keep(settings, exporter_a), "gateway": a_["pod"], "worker": w1, **cause}
     out.append(_case(a, 0, step, [
         _s("smg_worker_cb_state", {**a_, "worker": w1}, [1] * n),      # open, its engine crashed: fires
         _s("smg_worker_cb_state", {**a_, "worker": w2}, [1] * n),      # open, its engine fine: the breaker's own alert
