@@ -9,6 +9,15 @@ META_ALERTS: tuple[MetaAlert, ...] = (
                         page=True),
               "critical", "Prometheus has no fresh samples from the sidecar.",
               "Every SGLang health signal and alert of this server is blind."),
+    MetaAlert(AlertSpec("SGLangExportersVanished", "5m",
+                        "Every sglang-exporter sidecar of a cluster has vanished from Prometheus.",
+                        "{{ $labels.cluster }}: none of the {{ $value }} sidecars this cluster had within the "
+                        "absence window is scraped any more.", page=True),
+              "critical", "Prometheus had sidecar targets in this cluster within the absence window "
+                          "(`alerts.absence_window`) and has none now: the cluster, its Prometheus or its "
+                          "service discovery went away, or the PodMonitor stopped selecting the pods.",
+              "Every SGLang server of the cluster is unwatched: no signal, no page, while the other clusters "
+              "look normal (an `absent()` over the whole fleet stays silent)."),
     MetaAlert(AlertSpec("SGLangTargetDown", "5m", "The sglang-exporter sidecar cannot scrape SGLang's /metrics.",
                         "{{ $labels.instance }}: scraping SGLang's /metrics fails ({{ $labels.source }}).",
                         page=True),

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlparse
 
-from exporter import catalog
+from exporter import catalog, catalog_slo
 from exporter.catalog import DEFAULT_PROFILE, PROFILES, RUNBOOK_BASE
 
 DEFAULT_PORT = 10060
@@ -28,11 +28,19 @@ class AlertSettings:
     # PromQL matchers (without braces) of the sidecar's scrape job, and of SGLang's own /metrics job.
     exporter_selector: str = 'job="sglang-exporter"'
     sglang_selector: str = 'job="sglang"'
-    # Target labels that identify one server (kube-style relabelling adds namespace and pod).
-    join_labels: tuple = ("namespace", "pod", "instance", "job")
+    # Labels one server's two targets (the sidecar and SGLang's /metrics) share, in every cluster: the
+    # native rules stand down, Alertmanager groups and inhibits on them. The last one names the server
+    # itself (pod): a target without it is never joined to another. `cluster` may be an external label.
+    identity_labels: tuple = ("cluster", "namespace", "pod")
+    # Labels of one target, for joins of one target's series (None: identity_labels + instance, job).
+    join_labels: tuple | None = None
     native_keep_labels: tuple = ("model_name",)     # SGLang's labels the native alerts keep
-    group_by: tuple = ("namespace", "instance", "alertname")   # Alertmanager route grouping
-    inhibit_equal: tuple = ("namespace", "instance")           # labels equal for an inhibition
+    group_by: tuple | None = None        # Alertmanager route grouping (None: identity_labels)
+    inhibit_equal: tuple | None = None   # labels equal for an inhibition (None: identity_labels)
+    # Labels that tell clusters apart (often an external label): fleet roll-ups keep them, and the
+    # absence alert pages per their values when a cluster's exporters vanish.
+    cluster_labels: tuple = ("cluster",)
+    absence_window: str = "1h"           # how far back a vanished cluster's exporters are remembered
     runbook_base_url: str = RUNBOOK_BASE             # runbook_url = <this>/<AlertName>.md
     # Profile whose thresholds the native rules compare; None: catalog defaults and every native alert
     # (one rule file usually serves a fleet of profiles, so this is not the sidecar's `profile`).
@@ -74,6 +82,8 @@ class Config:
     evaluate_interval: float = 5.0
     web_config: str | None = None
     signals: dict = field(default_factory=dict)   # signal id -> {param: value, "enabled": bool}
+    # objective kind (catalog_slo.KINDS) -> {"target": 0-1, "threshold_seconds": bucket bound (latency kinds)}
+    slo: dict = field(default_factory=dict)
     alerts: AlertSettings = field(default_factory=AlertSettings)
 
     def signal_params(self) -> dict[str, dict | None]:
@@ -106,6 +116,9 @@ def default_alert_for() -> dict:
     """Every alert's `for:` from the catalog (signal and meta alerts; native alerts use their signal's)."""
     out = {s.alert.name: s.alert.for_ for s in catalog.SIGNALS if s.alert}
     out.update({m.alert.name: m.alert.for_ for m in catalog.META_ALERTS})
+    for kind in catalog_slo.KINDS:
+        page, ticket = catalog_slo.alert_names(kind)
+        out.update({page: catalog_slo.PAGE_FOR, ticket: catalog_slo.TICKET_FOR})
     return out
 
 
@@ -120,12 +133,13 @@ _SCALARS = {
     "max_line_bytes": (int, "MAX_LINE_BYTES"), "poll_interval": (float, "POLL_INTERVAL"),
     "evaluate_interval": (float, "EVALUATE_INTERVAL"), "web_config": (str, "WEB_CONFIG"),
 }
-assert set(_SCALARS) | {"signals", "alerts"} == {f.name for f in fields(Config)}
+assert set(_SCALARS) | {"signals", "slo", "alerts"} == {f.name for f in fields(Config)}
 
 # `alerts:` keys -> kind; `for` is spelt as in a rule file (the field is alert_for)
 _ALERT_KEYS = {
-    "exporter_selector": "selector", "sglang_selector": "selector", "join_labels": "labels",
-    "native_keep_labels": "labels", "group_by": "labels", "inhibit_equal": "labels", "runbook_base_url": "url",
+    "exporter_selector": "selector", "sglang_selector": "selector", "identity_labels": "labels",
+    "cluster_labels": "labels", "join_labels": "labels", "native_keep_labels": "labels",
+    "absence_window": "duration", "group_by": "labels", "inhibit_equal": "labels", "runbook_base_url": "url",
     "profile": "profile", "for": "for", "max_unknown_ratio": "ratio", "drift_window": "duration",
     "log_stale_window": "duration", "rate_window": "duration", "short_windows": "bool", "short_for": "duration",
     "short_range": "duration", "page_url": "url", "ticket_url": "url", "deadmansswitch_url": "url",
@@ -275,12 +289,14 @@ def _load_file(path: str, problems: _Problems | None = None) -> tuple[dict, dict
         try:
             if key == "signals":
                 out["signals"] = _signals(value, problems)
+            elif key == "slo":
+                out["slo"] = _slo(value, problems)
             elif key == "alerts":
                 out["alerts"] = _alerts(value, problems)
             elif key in _SCALARS:
                 out[key] = _coerce(key, value, problems.where(key))
             else:
-                known = ", ".join(sorted([*_SCALARS, "signals", "alerts"]))
+                known = ", ".join(sorted([*_SCALARS, "signals", "slo", "alerts"]))
                 raise ConfigError(f"{problems.where(key)}: unknown setting (known: {known})")
         except ConfigError as exc:
             problems.add(exc)
@@ -320,6 +336,64 @@ def _signals(value, problems: _Problems) -> dict:
     return out
 
 
+def _slo(value, problems: _Problems) -> dict:
+    """`slo:` kind -> {target, threshold_seconds, custom_buckets}; every mistake named by file, line and key."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{problems.where('slo')}: expected a mapping of objective to its target "
+                          f"(known: {', '.join(catalog_slo.KINDS_BY_ID)})")
+    out = {}
+    for kind_id, spec in value.items():
+        kind = catalog_slo.KINDS_BY_ID.get(kind_id)
+        if kind is None:
+            problems.add(ConfigError(f"{problems.where('slo', kind_id)}: unknown objective "
+                                     f"(known: {', '.join(catalog_slo.KINDS_BY_ID)})"))
+            continue
+        known = ("target", "threshold_seconds", "custom_buckets") if kind.latency else ("target",)
+        if not isinstance(spec, dict):
+            problems.add(ConfigError(f"{problems.where('slo', kind_id)}: expected a mapping of "
+                                     f"{', '.join(known)}"))
+            continue
+        clean, ok = {}, True
+        for key, v in spec.items():
+            where = problems.where("slo", kind_id, key)
+            if key not in known:
+                problems.add(ConfigError(f"{where}: unknown key (known: {', '.join(known)})"))
+                ok = False
+            elif key == "custom_buckets":
+                if not isinstance(v, bool):
+                    problems.add(ConfigError(f"{where}: expected true or false, got {v!r}"))
+                    ok = False
+                clean[key] = v
+            elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                problems.add(ConfigError(f"{where}: expected a number, got {v!r}"))
+                ok = False
+            elif key == "target" and not 0 < v < 1:
+                problems.add(ConfigError(f"{where}: expected the share of good events between 0 and 1 "
+                                         f"(e.g. 0.99 for 99 %), got {v!r}"))
+                ok = False
+            elif key == "threshold_seconds" and v <= 0:
+                problems.add(ConfigError(f"{where}: must be positive, got {v!r}"))
+                ok = False
+            else:
+                clean[key] = float(v)
+        for key in ("target", "threshold_seconds") if kind.latency else ("target",):
+            if key not in spec:
+                problems.add(ConfigError(f"{problems.where('slo', kind_id)}: missing {key}"))
+                ok = False
+        threshold = clean.get("threshold_seconds")
+        bounds = catalog_slo.DEFAULT_BUCKETS.get(kind_id, ())
+        if ok and kind.latency and not clean.get("custom_buckets") and threshold not in bounds:
+            problems.add(ConfigError(
+                f"{problems.where('slo', kind_id, 'threshold_seconds')}: {threshold:g} s is not a bucket bound of "
+                f"SGLang's {kind.title} histogram, so no bucket counts the requests under it (bounds: "
+                f"{', '.join(f'{b:g}' for b in bounds)}); pick one, or set custom_buckets: true if your server "
+                "sets its own buckets with this bound"))
+            ok = False
+        if ok:
+            out[kind_id] = clean
+    return out
+
+
 def _alerts(value, problems: _Problems) -> AlertSettings:
     if not isinstance(value, dict):
         raise ConfigError(f"{problems.where('alerts')}: expected a mapping of alert generation settings")
@@ -350,6 +424,8 @@ def _alert_value(kind: str, v, where: str, problems: _Problems, key: str):
     if kind == "labels":
         if not isinstance(v, list) or not all(isinstance(x, str) and _LABEL.fullmatch(x) for x in v):
             raise ConfigError(f"{where}: expected a list of label names, got {v!r}")
+        if key == "identity_labels" and not v:
+            raise ConfigError(f"{where}: name at least one label (the default: cluster, namespace, pod)")
         return tuple(v)
     if kind == "label_values":
         if v is not None and (not isinstance(v, dict) or not all(

@@ -12,8 +12,10 @@ Per scenario (`Case`):
 - one exporter subprocess follows the log `--from-start` and scrapes that /metrics.
 
 Every exporter is a Prometheus target of job `sglang-exporter` (the generated rules' default selector) with
-its own `instance` (its address) and the target labels `namespace=e2e`, `pod=<case name>` (join labels
-of the rules and `equal` labels of the inhibitions).
+its own `instance` (its address) and the target labels `namespace=e2e`, `pod=<case name>` (the identity
+labels the rules join, group and inhibit on). Every simulator's own /metrics is a target of job `sglang`
+with the same `namespace` and `pod` (another `instance`), as a PodMonitor scrapes a pod's two endpoints: both
+rule files are loaded, and the native rules must stand down where the sidecar is scraped.
 
 What each case must raise is derived, not listed: the signal ids come from the scenario table of
 docs/simulate.md, the alert name, severity and texts from exporter/catalog.py, the receiver from the
@@ -44,9 +46,10 @@ from helpers import free_port, require_tool, wait_until
 
 from exporter import catalog
 from exporter.config import AlertSettings, Config
-from exporter.failures import MAX_CAUSE, classify_cause
+from exporter.failures import classify_cause
 from exporter.generate import alertmanager
 from exporter.generate import rules as gen
+from exporter.generate.gotemplate import expand_label_blocks
 from exporter.generate.promql import fmt_duration, parse_duration
 from exporter.generate.settings import RuleSettings
 from exporter.simulate import CRASH_CAUSE, Simulator, load_scenario, parse_scenario, serve_metrics
@@ -55,6 +58,9 @@ ROOT = Path(__file__).resolve().parents[1]
 AM_EXAMPLE = ROOT / "alerts" / alertmanager.ALERTMANAGER
 SIMULATE_DOC = ROOT / "docs" / "simulate.md"
 JOB = "sglang-exporter"          # AlertSettings().exporter_selector is job="sglang-exporter"
+SGLANG_JOB = "sglang"            # AlertSettings().sglang_selector is job="sglang"
+OTHER_CLUSTER = "e2e-other"      # a second cluster's target: the twin of this healthy case's exporter
+TWIN_OF = "healthy_offline"
 NAMESPACE = "e2e"
 RECEIVERS = ("page", "ticket", "deadmansswitch")
 STALL_SECONDS = 3                # stalled cases: a short stall threshold (wall time)
@@ -159,7 +165,9 @@ class Expected:
 
 
 def template_regex(tmpl: str, labels: dict) -> re.Pattern:
-    """A Go template of the catalog as a regex: $labels.X are the alert's values, other actions `.+?`."""
+    """A Go template of the rules as a regex: $labels.X are the alert's values (`with $labels.X` blocks
+    resolved), other actions `.+?`."""
+    tmpl = expand_label_blocks(tmpl, labels)
     parts, pos = [], 0
     for m in re.finditer(r"{{\s*(.*?)\s*}}", tmpl):
         parts.append(re.escape(tmpl[pos:m.start()]))
@@ -193,6 +201,11 @@ def inhibitor(target: dict, others: list[dict], rules: list[dict]) -> str | None
     return None
 
 
+def rule_description(alertname: str, params: RuleSettings) -> str:
+    """The description template as the rules carry it (the catalog's, with the server named by identity)."""
+    return next(a.description for a in gen.all_alerts(params) if a.name == alertname)
+
+
 def expected_alerts(case: Case, instance: str, params: RuleSettings, silent_tail: bool) -> dict[str, Expected]:
     """Alertname -> what must reach Alertmanager for this case's instance."""
     target = {"job": JOB, "instance": instance, "namespace": NAMESPACE, "pod": case.name}
@@ -203,14 +216,14 @@ def expected_alerts(case: Case, instance: str, params: RuleSettings, silent_tail
         labels = {"alertname": s.alert.name, **target, "severity": s.severity, "signal": sid}
         if s.family:
             labels["family"] = s.family
-        if s.failure:       # the cause line joined into the alert (only the crash event fails a scenario)
-            labels.update(cause_class=classify_cause(CRASH_CAUSE), cause=CRASH_CAUSE[:MAX_CAUSE])
-        specs.append((labels, s.alert.summary, s.alert.description))
+        if s.failure:       # the cause's class joined into the alert (only the crash event fails a scenario)
+            labels.update(cause_class=classify_cause(CRASH_CAUSE))
+        specs.append((labels, s.alert.summary, rule_description(s.alert.name, params)))
     if silent_tail:
         # the log goes quiet for good: the meta alert watching the log hand-off fires (with the file)
         m = next(m for m in catalog.META_ALERTS if m.alert.name == "SGLangLogStale")
         labels = {"alertname": m.alert.name, **target, "severity": m.severity, "source": "@LOG@"}
-        specs.append((labels, m.alert.summary, m.alert.description))
+        specs.append((labels, m.alert.summary, rule_description(m.alert.name, params)))
     rules = yaml.safe_load(AM_EXAMPLE.read_text())["inhibit_rules"]
     all_labels = [lab for lab, _, _ in specs]
     out = {}
@@ -362,6 +375,11 @@ class Running:
     @property
     def instance(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sim_instance(self) -> str:
+        """The simulator's /metrics: SGLang's own target of the same pod."""
+        return f"127.0.0.1:{self.sim_server.server_address[1]}"
 
 
 class Stack:
@@ -524,13 +542,28 @@ class Stack:
             (rules_dir / rel.removeprefix("alerts/")).parent.mkdir(parents=True, exist_ok=True)
             (rules_dir / rel.removeprefix("alerts/")).write_text(text)
         self.rule_files = [rules_dir / gen.EXPORTER_RULES, rules_dir / gen.NATIVE_RULES]
+        # a second cluster: the twin of a healthy pod (same namespace, pod and address), found through a
+        # file that vanish_cluster() empties, as a cluster whose service discovery goes away
+        twin = self.running[TWIN_OF]
+        self.twin_targets = self.dir / "other-cluster.json"
+        self.twin_targets.write_text(json.dumps([{"targets": [twin.instance], "labels": {
+            "cluster": OTHER_CLUSTER, "namespace": NAMESPACE, "pod": TWIN_OF}}]))
         cfg = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            # a scrape that fails marks every series of its target stale, which ends its alerts: a 2 s
+            # timeout keeps a loaded machine from resolving and re-firing them
+            "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in self.rule_files],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [self.am_url.split("//")[1]]}]}]},
             "scrape_configs": [{
                 "job_name": JOB,
                 "static_configs": [{"targets": [r.instance], "labels": {"namespace": NAMESPACE, "pod": name}}
+                                   for name, r in self.running.items()],
+                "file_sd_configs": [{"files": [str(self.twin_targets)]}],
+            }, {  # the same pods' SGLang /metrics: the native rules see every storm the sidecars see
+                "job_name": SGLANG_JOB,
+                # the simulators also serve the sidecars (a 1 s timeout): Prometheus asks less often
+                "scrape_interval": "10s", "scrape_timeout": "5s",
+                "static_configs": [{"targets": [r.sim_instance], "labels": {"namespace": NAMESPACE, "pod": name}}
                                    for name, r in self.running.items()],
             }],
         }
@@ -545,6 +578,10 @@ class Stack:
                                         # held back for the default 1 min
                                         "--rules.alert.resend-delay=10s"])
         self.prom_ready_at = time.monotonic()
+
+    def vanish_cluster(self):
+        """The second cluster's service discovery finds nothing any more: its only sidecar target goes."""
+        self.twin_targets.write_text("[]")
 
     # --------------------------------------------------------------------------- observation
     def prom_alerts(self) -> list[dict]:

@@ -106,9 +106,8 @@ def alertmanager(tmp_path, webhook):
     for rcv in cfg["receivers"]:                       # the example's placeholders -> our local webhook
         for wh in rcv.get("webhook_configs", []):
             wh["url"] = f"{url}/{rcv['name']}"
-    cfg["route"]["group_wait"] = "1s"
-    for route in cfg["route"]["routes"]:
-        route["group_wait"] = "1s"
+    for route in [cfg["route"], *cfg["route"]["routes"]]:     # timings only: the tree stays the example's
+        route["group_wait"] = route["group_interval"] = "1s"
     (tmp_path / "am.yml").write_text(yaml.safe_dump(cfg))
     port = free_port()
     log = open(tmp_path / "am.log", "w")
@@ -120,7 +119,7 @@ def alertmanager(tmp_path, webhook):
     try:
         wait_until(lambda: urllib.request.urlopen(f"{base}/-/ready", timeout=1).status == 200, timeout=20,
                    what="alertmanager ready")
-        yield base, received
+        yield base, received, tmp_path / "am.log"
     finally:
         proc.terminate()
         try:
@@ -143,10 +142,14 @@ def _get(base):
         return json.loads(r.read())
 
 
-def _alert(name, severity, instance=None, **labels):
+def _alert(name, severity, instance=None, cluster="eu-1", **labels):
+    """An alert as the rules make it: a server's target labels as Prometheus Operator sets them (the pod is
+    named after the address's last octet; the sidecar's port is 10060, SGLang's own 30000)."""
     lab = {"alertname": name, "severity": severity, **labels}
     if instance:
-        lab.update({"namespace": "sglang", "instance": instance})
+        host, port = instance.split(":")
+        lab.update({"cluster": cluster, "namespace": "sglang", "pod": f"sglang-{host.rsplit('.', 1)[1]}",
+                    "instance": instance, "job": "sglang-exporter" if port == "10060" else "sglang"})
     return {"labels": lab, "annotations": {"summary": f"{name}."}}
 
 
@@ -159,7 +162,7 @@ CRASHED, OOMED = "10.0.0.4:10060", "10.0.0.5:10060"
 
 
 def test_inhibitions_in_a_real_alertmanager(alertmanager):
-    base, received = alertmanager
+    base, received, _ = alertmanager
     sources = [
         _alert("SGLangStalled", "critical", STALLED, signal="stalled"),
         _alert("SGLangRetractionStorm", "critical", STORMING, signal="retraction_storm", family="retractions"),
@@ -173,7 +176,8 @@ def test_inhibitions_in_a_real_alertmanager(alertmanager):
     targets = [
         _alert("SGLangKVCacheUnderused", "warning", STALLED, signal="kv_cache_underused"),
         _alert("SGLangQueueBelowRange", "info", STALLED, signal="queue_below_range"),
-        _alert("SGLangDecodeOOM", "critical", STALLED, signal="oom_decode"),       # criticals stay
+        _alert("SGLangRetractionStorm", "critical", STALLED, signal="retraction_storm",   # criticals stay
+               family="retractions"),
         _alert("SGLangKVCacheUnderused", "warning", HEALTHY, signal="kv_cache_underused"),
         _alert("SGLangRetractionsFrequent", "warning", STORMING, signal="retractions_frequent",
                family="retractions"),
@@ -228,7 +232,7 @@ def test_inhibitions_in_a_real_alertmanager(alertmanager):
 
     expect_delivered = {
         ("SGLangStalled", STALLED): "/page", ("SGLangRetractionStorm", STORMING): "/page",
-        ("SGLangDecodeOOM", STALLED): "/page", ("SGLangExporterDown", None): "/page",
+        ("SGLangRetractionStorm", STALLED): "/page", ("SGLangExporterDown", None): "/page",
         ("SGLangKVCacheUnderused", HEALTHY): "/ticket", ("SGLangRetractionsFrequent", HEALTHY): "/ticket",
         ("SGLangQueueAboveRange", STORMING): "/ticket", ("SGLangAlertingWatchdog", None): "/deadmansswitch",
         ("SGLangServerCrashed", CRASHED): "/page", ("SGLangStartupOOM", OOMED): "/page",
@@ -239,3 +243,61 @@ def test_inhibitions_in_a_real_alertmanager(alertmanager):
         assert d[k] == {path}, (k, d[k])
     for k in expect_inhibited:
         assert k not in d, f"inhibited alert {k} was delivered"
+
+
+# ---------------------------------------------------------------------------- one incident, one notification
+
+def _flushes_with(log: Path, alertname: str) -> int:
+    """How often Alertmanager flushed an aggregation group holding `alertname` (its debug log). A group's
+    flushes run one after another, each through the whole notification pipeline: once a second flush
+    with an alert is logged, whatever the first could send has been sent."""
+    return sum(1 for line in log.read_text().splitlines() if "msg=flushing" in line and alertname in line)
+
+
+def _pages(received, **group):
+    return [body for path, body in list(received)
+            if path == "/page" and all(body["groupLabels"].get(k) == v for k, v in group.items())]
+
+
+def test_one_failure_one_notification_naming_the_cause(alertmanager):
+    """A decode OOM takes the scheduler down: SGLangDecodeOOM, then SGLangServerCrashed, then SGLangStalled
+    on one pod, with its tuning warning, while the same pod name in another cluster has a native storm
+    (SGLang's own /metrics, port 30000). Each incident pages exactly once: the OOM (the cause) for the first,
+    the storm for the second; the crash and the stall it caused never notify."""
+    base, received, log = alertmanager
+    oom_pod = "10.0.0.7:10060"
+    twin_native = "10.0.0.7:30000"           # the same pod name and address in cluster us-1
+    _post(base, [
+        _alert("SGLangDecodeOOM", "critical", oom_pod, signal="oom_decode"),
+        _alert("SGLangKVPressure", "warning", oom_pod, signal="kv_pressure"),
+        _alert("SGLangNativeRetractionStorm", "critical", twin_native, cluster="us-1", signal="retraction_storm",
+               family="retractions", model_name="m"),
+    ])
+    identity = {"namespace": "sglang", "pod": "sglang-7"}
+    wait_until(lambda: _pages(received, cluster="eu-1", **identity) and _pages(received, cluster="us-1",
+                                                                                 **identity),
+               timeout=20, what="the first page of each incident")
+    # the effects arrive later (each from its own evaluation), as they do from Prometheus
+    _post(base, [_alert("SGLangServerCrashed", "critical", oom_pod, signal="server_crashed"),
+                 _alert("SGLangStalled", "critical", oom_pod, signal="stalled")])
+    before = _flushes_with(log, "SGLangStalled")
+    wait_until(lambda: _flushes_with(log, "SGLangStalled") >= before + 2, timeout=20,
+               what="two flushes of the OOM pod's group after the crash and the stall joined it")
+
+    pages = _pages(received, cluster="eu-1", **identity)
+    assert len(pages) == 1, [[a["labels"]["alertname"] for a in p["alerts"]] for p in pages]
+    assert [a["labels"]["alertname"] for a in pages[0]["alerts"]] == ["SGLangDecodeOOM"]
+    assert pages[0]["groupLabels"] == {"cluster": "eu-1", **identity}
+    twin = _pages(received, cluster="us-1", **identity)
+    assert len(twin) == 1 and [a["labels"]["alertname"] for a in twin[0]["alerts"]] == \
+        ["SGLangNativeRetractionStorm"]
+    # the pod's tuning warning waits behind its page: no ticket for it
+    assert not [b for path, b in list(received) if path == "/ticket"
+                and b["groupLabels"].get("pod") == "sglang-7"]
+    state = {(a["labels"]["alertname"], a["labels"]["cluster"]): a["status"] for a in _get(base)
+             if a["labels"].get("pod") == "sglang-7"}
+    oom_fp = next(a["fingerprint"] for a in _get(base) if a["labels"]["alertname"] == "SGLangDecodeOOM")
+    assert state[("SGLangServerCrashed", "eu-1")]["inhibitedBy"] == [oom_fp]
+    # the stall and the warning have several sources (the OOM, the crash, the stall): any one is right
+    assert state[("SGLangStalled", "eu-1")]["state"] == state[("SGLangKVPressure", "eu-1")]["state"] == "suppressed"
+    assert state[("SGLangNativeRetractionStorm", "us-1")]["state"] == "active"

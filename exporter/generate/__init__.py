@@ -27,12 +27,13 @@ def render(config: Config | None = None) -> dict[str, str]:
         promtool,
         rules,
         runbooks,
+        slo,
         sources,
     )
     from exporter.releases import compatibility
     config = config or Config()
     files: dict[str, str] = {}
-    for module in (rules, promtool, alertmanager, runbooks, alerts_doc, sources, dashboards, metrics_doc, helm,
+    for module in (rules, slo, promtool, alertmanager, runbooks, alerts_doc, sources, dashboards, metrics_doc, helm,
                    gateway):
         files.update(module.render(config))
     files[compatibility.PATH] = compatibility.render()

@@ -10,10 +10,16 @@ from exporter.generate.settings import RuleSettings
 
 ALERTMANAGER = "alertmanager.yml"
 ROUTES_CASES = "tests/alertmanager-routes.yml"
-# a crashed, hung or unwatched server: its tuning advice is noise until that is fixed
+# Serving out of memory: the cause of the crash and the stall that follow it on the same server
+SERVING_OOM_ALERTS = ("SGLangPrefillOOM", "SGLangDecodeOOM")
+# a crashed, hung, out-of-memory or unwatched server: its tuning advice is noise until that is fixed
 BLINDING_ALERTS = ("SGLangStalled", "SGLangTargetDown", "SGLangExporterDown", "SGLangServerCrashed",
-                   "SGLangStartupOOM", "SGLangStartupStalled")
+                   "SGLangStartupOOM", "SGLangStartupStalled", *SERVING_OOM_ALERTS)
+# every sidecar of a cluster gone: the per-target alerts of that cluster say nothing more
+VANISHED = "SGLangExportersVanished"
 
+# the scheduler idle while requests wait (catalog_serving): the stall's second witness
+IDLE_ALERT = catalog.SIGNALS_BY_ID["scheduler_idle_waiting"].alert.name  # type: ignore[union-attr]  # (it has one)
 
 def failure_alerts() -> tuple[str, ...]:
     """Alerts that mean "this server died": they silence its stall page."""
@@ -47,20 +53,23 @@ def alertmanager_config(settings: RuleSettings) -> dict:
                 {"receiver": "ticket", "matchers": [f'severity=~"{tuning}"']},
             ],
         },
+        # Inhibitions match on the server's identity (cluster, namespace, pod), never on `instance`: the
+        # sidecar's and SGLang's own targets of one pod differ in port. The cause silences its effects.
         "inhibit_rules": [
             {  # a hung, unscraped or unwatched server: its tuning advice is noise until that is fixed
                 "source_matchers": [f'alertname=~"{"|".join(BLINDING_ALERTS)}"'],
                 "target_matchers": [f'severity=~"{tuning}"', f'alertname!="{WATCHDOG}"'],
                 "equal": list(settings.inhibit_equal),
             },
-            {  # a start-up OOM also crashes the server: one page, the one with the memory advice
-                "source_matchers": ['alertname="SGLangStartupOOM"'],
+            {  # an OOM (at start-up or serving) that takes the server down: one page, the one with the
+               # memory advice; the crash's cause line says the same
+                "source_matchers": [f'alertname=~"{"|".join(("SGLangStartupOOM",) + SERVING_OOM_ALERTS)}"'],
                 "target_matchers": ['alertname="SGLangServerCrashed"'],
                 "equal": list(settings.inhibit_equal),
             },
             {  # a dead server's queue no longer moves: the crash page says why, the stall page would not
-                "source_matchers": [f'alertname=~"{"|".join(failure_alerts())}"'],
-                "target_matchers": ['alertname="SGLangStalled"'],
+                "source_matchers": [f'alertname=~"{"|".join(failure_alerts() + SERVING_OOM_ALERTS)}"'],
+                "target_matchers": [f'alertname=~"SGLangStalled|{IDLE_ALERT}"'],
                 "equal": list(settings.inhibit_equal),
             },
             {  # a gateway breaker open on a worker whose engine crashed: one page, the joined one (its engine's
@@ -73,6 +82,17 @@ def alertmanager_config(settings: RuleSettings) -> dict:
                 "source_matchers": ['alertname="SGLangGatewayWorkerEngineCrashed"'],
                 "target_matchers": ['alertname="SGLangGatewayCircuitOpen"'],
                 "equal": [lab for lab in settings.inhibit_equal if lab != "instance"] + ["worker"],
+            },
+            {  # no batch progress and the scheduler's own clock idle are one incident: the stall pages, the
+               # idle scheduler (its second witness, catalog_serving) is held back; alone it pages itself
+                "source_matchers": ['alertname="SGLangStalled"'],
+                "target_matchers": [f'alertname="{IDLE_ALERT}"'],
+                "equal": list(settings.inhibit_equal),
+            },
+            {  # a whole cluster's sidecars gone: one page for the cluster, not one per target
+                "source_matchers": [f'alertname="{VANISHED}"'],
+                "target_matchers": ['alertname=~"SGLangExporterDown|SGLangTargetDown"'],
+                "equal": list(settings.cluster_labels),
             },
             {  # a critical of a family (retraction storm) silences its warnings (retractions frequent)
                 "source_matchers": ['severity="critical"', 'family=~".+"'],
@@ -93,8 +113,11 @@ def route_cases(settings: RuleSettings) -> list[dict]:
     out = []
     for a in all_alerts(settings):
         labels = {"alertname": a.name, "severity": a.severity, **a.labels}
-        if a.name != WATCHDOG:
-            labels.update({"namespace": NAMESPACE, "instance": "10.0.0.1:10060"})
+        if a.name == VANISHED:
+            labels.update({label: "eu-1" for label in settings.cluster_labels})
+        elif a.name != WATCHDOG:
+            labels.update({"cluster": "eu-1", "namespace": NAMESPACE, "pod": "sglang-0",
+                           "instance": "10.0.0.1:10060"})
         out.append({"labels": labels, "receiver": receiver_for(labels)})
     return out
 

@@ -1,7 +1,7 @@
 """docs/alerts.md: the alert list, recording rules, generation settings, routing and how the rules are tested."""
 from __future__ import annotations
 
-from exporter.config import AlertSettings, Config
+from exporter.config import Config
 from exporter.generate.alertmanager import BLINDING_ALERTS
 from exporter.generate.rules import (
     EXPORTER_RULES,
@@ -19,6 +19,61 @@ def render(config: Config) -> dict[str, str]:
     return {"docs/alerts.md": alerts_md(RuleSettings(config))}
 
 
+def objectives_md(settings: RuleSettings) -> list[str]:
+    """The section on the objectives users set: the scheme, the alerts and the records."""
+    from exporter import catalog_slo
+    from exporter.generate.runbooks_slo import documented_settings, slo_alerts
+    from exporter.generate.slo import SLO_RULES, objective_text, recording_rules
+    found, configured = slo_alerts(settings)
+    documented, _ = documented_settings(settings)
+    lines = [
+        "",
+        "## Objectives you set (`slo:`)",
+        "",
+        f"`alerts/{SLO_RULES}` (with a `slo:` section only; the Helm chart: `rules.slo.objectives`) holds, per "
+        "objective, multi-window, multi-burn-rate alerts after Google's SRE workbook. The error budget is "
+        f"`1 - target` of the events over {catalog_slo.PERIOD_DAYS} days; a burn rate of 1 spends it exactly "
+        "in that period. A window pair fires when both its long and its short window burn faster than its "
+        "rate: the long window says the budget is really going, the short one that it still is (so the alert "
+        "ends soon after the problem does).",
+        "",
+        "| alert | severity | long window | short window | burn rate | budget spent in the long window |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pairs, severity in ((catalog_slo.PAGE_WINDOWS, "critical (pages)"), (catalog_slo.TICKET_WINDOWS, "warning")):
+        for b in pairs:
+            name = "`SGLangSLO<Kind>FastBurn`" if pairs is catalog_slo.PAGE_WINDOWS else "`SGLangSLO<Kind>SlowBurn`"
+            lines.append(f"| {name} | {severity} | {b.long} | {b.short} | {b.burn_rate:g} | {b.budget_share:.0%} |")
+    lines += [
+        "",
+        "SLIs, per server (the native rules' grouping: `alerts.join_labels` + `alerts.native_keep_labels`):",
+        "",
+        *(f"- `{k.id}`: good when {k.good.format(threshold='<threshold_seconds>')}; from {k.source}."
+          for k in catalog_slo.KINDS),
+        "",
+        ("The objectives of the configuration these files were generated from:" if configured else
+         "No objective is configured for the committed files; the alerts below are rendered from the chart's "
+         "disabled examples, to show what an objective generates:"),
+        "",
+        "| alert | severity | for | objective | runbook |",
+        "|---|---|---|---|---|",
+    ]
+    for a in found:
+        kind = catalog_slo.KINDS_BY_ID[a.labels["slo"]]
+        spec = documented.objectives()[kind.id]
+        lines.append(f"| `{a.name}` | {a.severity}{' (pages)' if a.page else ''} | {a.for_} | "
+                     f"{objective_text(kind, spec)} | [{a.name}](runbooks/{a.name}.md) |")
+    lines += ["", "Recording rules of one objective (the `slo` label names it):", "", "| record | expression |",
+              "|---|---|"]
+    first_id, first_spec = next(iter(documented.objectives().items()))
+    for r in recording_rules(catalog_slo.KINDS_BY_ID[first_id], first_spec, documented):
+        expr = " ".join(r["expr"].split()).replace("|", "\\|")
+        lines.append(f"| `{r['record']}` | `{expr}` |")
+    lines += ["", "The sidecar's own error signals judge one server against a fixed threshold and say why; these "
+              "alerts watch your objective's budget. Read them together (the runbooks cross-reference them)."]
+    return lines
+
+
 def alerts_md(settings: RuleSettings) -> str:
     lines = [
         "# Alerts",
@@ -33,7 +88,9 @@ def alerts_md(settings: RuleSettings) -> str:
         "recording rules.",
         f"- `alerts/{NATIVE_RULES}` — for servers without the sidecar: alerts on SGLang's own `/metrics` "
         "(`--enable-metrics`), with the thresholds compared in PromQL. Load one file or both; the native "
-        "alerts have their own names (`SGLangNative…`).",
+        "alerts have their own names (`SGLangNative…`) and stand down for a server whose sidecar is "
+        "scraped (`unless on (" + ", ".join(settings.identity_labels) + ") up{" + settings.exporter_selector
+        + "} == 1`): one incident raises one alert, the sidecar's.",
         "",
         "Every alert has `severity` (critical pages, warning/info open a ticket), `signal` for the signal "
         "alerts, a static `summary`, a templated `description` and a `runbook_url` to a page under "
@@ -52,7 +109,8 @@ def alerts_md(settings: RuleSettings) -> str:
     for r in exporter_recording_rules(settings) + native_recording_rules(settings):
         expr = " ".join(r["expr"].split()).replace("|", "\\|")
         lines.append(f"| `{r['record']}` | `{expr}` |")
-    defaults = AlertSettings()
+    lines += objectives_md(settings)
+    defaults = RuleSettings()
     lines += [
         "",
         "## Parameters",
@@ -66,7 +124,11 @@ def alerts_md(settings: RuleSettings) -> str:
         f"| `exporter_selector` | `{defaults.exporter_selector}` | matchers of the sidecar's scrape job |",
         f"| `sglang_selector` | `{defaults.sglang_selector}` | matchers of SGLang's own `/metrics` job "
         "(native rules) |",
-        f"| `join_labels` | `{list(defaults.join_labels)}` | target labels that identify one server |",
+        f"| `identity_labels` | `{list(defaults.identity_labels)}` | labels one server's two targets share "
+        "(the sidecar's and SGLang's); the last names the server (pod) |",
+        "| `join_labels` | identity + `instance`, `job` | labels of one target, for joins of its own series |",
+        f"| `cluster_labels`, `absence_window` | `{list(defaults.cluster_labels)}`, `{defaults.absence_window}` "
+        "| roll-ups keep these; `SGLangExportersVanished` pages per their values |",
         f"| `native_keep_labels` | `{list(defaults.native_keep_labels)}` | SGLang labels the native alerts keep |",
         f"| `runbook_base_url` | `{defaults.runbook_base_url}` | every `runbook_url` is `<this>/<AlertName>.md`; "
         "point it at your copy of `docs/runbooks/` |",
@@ -78,8 +140,7 @@ def alerts_md(settings: RuleSettings) -> str:
         f"`{defaults.log_stale_window}`, `{defaults.rate_window}` | ranges |",
         f"| `short_windows`, `short_for`, `short_range` | false, `{defaults.short_for}`, "
         f"`{defaults.short_range}` | end-to-end tests: every non-zero `for:` and every range shortened |",
-        f"| `group_by`, `inhibit_equal` | `{list(defaults.group_by)}`, `{list(defaults.inhibit_equal)}` | "
-        "Alertmanager grouping and inhibition labels |",
+        "| `group_by`, `inhibit_equal` | the identity labels | Alertmanager grouping and inhibition labels |",
         "| `page_url`, `ticket_url`, `deadmansswitch_url` | `http://127.0.0.1:9/...` | webhook placeholders |",
         "| `exporter_test_labels`, `sglang_test_labels` | none | labels of the promtool test series when a "
         "selector is a regex |",
@@ -112,6 +173,10 @@ def alerts_md(settings: RuleSettings) -> str:
         "## Meta alerts",
         "",
         "- `SGLangExporterDown`: `up == 0` for the sidecar job, or no such target at all (`absent`).",
+        "- `SGLangExportersVanished`: a cluster had sidecar targets within `alerts.absence_window` "
+        f"({defaults.absence_window}) and has none now (`count by (" + ", ".join(defaults.cluster_labels)
+        + ") (max_over_time(up[...]))` unless the same count now). `absent()` stays silent while any other "
+        "cluster reports; this pages per cluster, for as long as the window remembers it.",
         "- `SGLangTargetDown`: the sidecar's scrape of SGLang's `/metrics` fails, or no scrape finished for "
         "2 x (scrape_interval + scrape_timeout) (`sglang_exporter_source_up{source=\"sglang_metrics\"} == 0`"
         "); the sidecar's log says why (refused, timeout, http 500, protocol, too large, not an exposition).",
@@ -126,15 +191,21 @@ def alerts_md(settings: RuleSettings) -> str:
         "",
         "## Routing (`alerts/alertmanager.yml`)",
         "",
-        "- Grouped by " + ", ".join(f"`{x}`" for x in defaults.group_by) + ".",
+        "- Grouped by the server's identity, " + ", ".join(f"`{x}`" for x in defaults.group_by) + " (no "
+        "`alertname`): the alerts one failure sets off on one server arrive in one notification per receiver.",
         "- `severity=critical` → receiver `page` (retraction storm, OOM in prefill/decode, stalled, "
         "exporter down, SGLang target down).",
         "- `severity=warning|info` → receiver `ticket` (the tuning advice and the log meta alerts).",
         f"- `{WATCHDOG}` → receiver `deadmansswitch`, repeated every minute.",
-        "- Inhibitions: `" + "`, `".join(BLINDING_ALERTS) + "` on an instance silence that instance's "
-        "warning/info alerts (never the watchdog); a critical of a signal family silences the family's "
-        "warning on the same instance (`SGLangRetractionStorm` silences `SGLangRetractionsFrequent`; "
-        "the native pair likewise), through the `family` label.",
+        "- Inhibitions, all on the identity labels (never `instance`: the sidecar's and SGLang's targets of "
+        "one pod differ in port), so the cause wins: `" + "`, `".join(BLINDING_ALERTS) + "` silence the "
+        "server's warning/info alerts (never the watchdog); an OOM (`SGLangStartupOOM`, `SGLangPrefillOOM`, "
+        "`SGLangDecodeOOM`) silences `SGLangServerCrashed`; a crash, a start-up failure or a serving OOM "
+        "silences `SGLangStalled`; a critical of a signal family silences the family's warning "
+        "(`SGLangRetractionStorm` silences `SGLangRetractionsFrequent`); `SGLangExportersVanished` silences "
+        "the per-target down alerts of its cluster. A decode OOM that takes the scheduler down therefore "
+        "pages once, as `SGLangDecodeOOM` with its advice; should the server stay down after the OOM's "
+        "window, `SGLangServerCrashed` (cause line: the OOM) takes over.",
         "- The webhook URLs are placeholders (`http://127.0.0.1:9/...`); replace them.",
         "",
         "The routing cases are in `alerts/tests/alertmanager-routes.yml`; check one by hand with",
@@ -157,7 +228,13 @@ def alerts_md(settings: RuleSettings) -> str:
         "elapsed (exact labels and annotations, including the runbook URL and the rendered description), "
         "that it does not fire one evaluation earlier, and that it stays silent just inside the threshold "
         "(native alerts) or when the signal is not firing or unknown (signal alerts). Every recording rule "
-        "has a `promql_expr_test`.",
+        "has a `promql_expr_test`. `sglang-identity.test.yml` loads both rule files on the label sets "
+        "Prometheus Operator gives (cluster, namespace, pod, instance, job, container, endpoint) in two "
+        "clusters that share namespace, pod and address: a storm both the sidecar and SGLang's own /metrics "
+        "see raises only the sidecar's alert, the same pod without a sidecar gets the native one, a sidecar "
+        "without a pod label silences nothing, and each failure alert fires once per cluster with its own "
+        "cause (where the rules of the previous release failed with \"found duplicate series for the match "
+        "group\"). The recording rules' test and `SGLangExportersVanished`'s use the same two clusters.",
         "",
         "Because those tests come from the same catalog as the rules, a wrong threshold in the catalog would "
         "pass them. The hand-written files in `alerts/tests/oracle/` (one per rule group, not generated) "

@@ -57,10 +57,30 @@ def _humanize1024(v: float) -> str:
 
 
 _ACTION = re.compile(r"{{\s*(.*?)\s*}}")
+# `{{ with $labels.x }}...{{ . }}...{{ end }}` (not nested): the body, with `.` the value, when x is set
+_WITH_LABEL = re.compile(r"{{\s*with\s+\$labels\.(\w+)\s*}}(.*?){{\s*end\s*}}", re.DOTALL)
 
 
-def render_template(tmpl: str, labels: dict, value: float) -> str:
-    """Render the subset of Prometheus' Go templates the catalog uses (fails loudly on anything else)."""
+def expand_label_blocks(tmpl: str, labels: dict) -> str:
+    """The template with every `with $labels.x` block resolved against `labels`."""
+    def one(m):
+        value = labels.get(m.group(1), "")
+        return re.sub(r"{{\s*\.\s*}}", lambda _: value, m.group(2)) if value else ""
+    return _WITH_LABEL.sub(one, tmpl)
+
+
+# `{{ with printf "<selector>" args | query }}{{ . | first | label "x" }}{{ end }}`: a label of the first
+# series a query returns (rules.cause_lookup), or nothing when it returns none
+_QUERY_LABEL = re.compile(r'{{\s*with\s+printf\s+"(?:[^"\\]|\\.)*"[^|}]*\|\s*query\s*}}'
+                          r'{{\s*\.\s*\|\s*first\s*\|\s*label\s+"(\w+)"\s*}}{{\s*end\s*}}')
+
+
+def render_template(tmpl: str, labels: dict, value: float, queried: dict | None = None) -> str:
+    """Render the subset of Prometheus' Go templates the catalog uses (fails loudly on anything else).
+    `queried`: the labels of the series a `query` in the template finds (None: it finds none)."""
+    tmpl = _QUERY_LABEL.sub(lambda m: (queried or {}).get(m.group(1), ""), tmpl)
+    tmpl = expand_label_blocks(tmpl, labels)
+
     def one(m):
         expr = m.group(1)
         if expr.startswith("$labels."):

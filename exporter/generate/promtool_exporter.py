@@ -8,11 +8,11 @@ from __future__ import annotations
 from exporter import catalog
 from exporter.generate.promql import fmt_duration, parse_duration, selector_labels
 from exporter.generate.promtool_common import (
-    NAMESPACE,
     POD_A,
     POD_B,
     POD_C,
     POD_D,
+    STALE,
     UNIT_VALUES,
     alert_case,
     counter,
@@ -20,6 +20,7 @@ from exporter.generate.promtool_common import (
     interval,
     series_text,
     target_labels,
+    test_clusters,
     values_text,
 )
 from exporter.generate.rules import (
@@ -76,10 +77,11 @@ def signal_test(settings: RuleSettings, a: Alert) -> dict:
         if val is not None:
             value_name, back = value_metric(s)
             series.append({"series": series_text(value_name, sig), "values": values_text([val / back] * steps)})
-    cause = {}
-    if s.failure:       # pod_a exports a cause line (joined into the alert's labels), pod_d none
-        cause = {"cause_class": "cuda_oom", "cause": "torch.OutOfMemoryError: CUDA out of memory."}
-        series.append({"series": series_text(M_CAUSE, {**pod_a, "signal": s.id, **cause}),
+    cause_class, cause = {}, {}
+    if s.failure:       # pod_a exports a cause line (its class joined as a label, the line read by the text)
+        cause_class = {"cause_class": "cuda_oom"}
+        cause = {"cause": "torch.OutOfMemoryError: CUDA out of memory."}
+        series.append({"series": series_text(M_CAUSE, {**pod_a, "signal": s.id, **cause_class, **cause}),
                        "values": values_text([1] * steps)})
     t_on = start_steps * step
     cases = []
@@ -87,7 +89,8 @@ def signal_test(settings: RuleSettings, a: Alert) -> dict:
         cases.append(alert_case(a.name, t_on + f - step, []))
     else:
         cases.append(alert_case(a.name, t_on - step, []))
-    cases.append(alert_case(a.name, t_on + f, [expected_alert(a, {**pod_a, "signal": s.id, **cause}, value),
+    cases.append(alert_case(a.name, t_on + f, [expected_alert(a, {**pod_a, "signal": s.id, **cause_class}, value,
+                                                              cause or None),
                                                  expected_alert(a, {**pod_d, "signal": s.id}, 1.0)]))
     return {"name": f"{a.name}: fires after {a.for_} with firing=1; not for firing=0 or unknown",
             "interval": fmt_duration(step), "input_series": series, "alert_rule_test": cases}
@@ -116,6 +119,8 @@ def meta_tests(settings: RuleSettings, a: Alert) -> list[dict]:
                                  alert_case(a.name, 0, [expected_alert(a, absent_lab, 1)]),
                                  alert_case(a.name, f, [expected_alert(a, absent_lab, 1)])]},
         ]
+    if a.name == "SGLangExportersVanished":
+        return [exporters_vanished_test(settings, a)]
     if a.name == "SGLangTargetDown":
         k = 5
         steps = k + int(f / step) + 5
@@ -211,19 +216,55 @@ def meta_tests(settings: RuleSettings, a: Alert) -> list[dict]:
     raise KeyError(f"no promtool test scenario for meta alert {a.name}")
 
 
+def exporters_vanished_test(settings: RuleSettings, a: Alert) -> dict:
+    """Two clusters with the same namespace and pod names. Every sidecar of the second leaves service
+    discovery (a staleness marker ends its series): that cluster pages, alone, until the absence window no
+    longer remembers it. In the first, one pod goes away while another still reports: quiet."""
+    step = interval(settings)
+    f = parse_duration(a.for_)
+    window = parse_duration(settings.window(settings.absence_window))
+    assert f < window, f"{a.name}: for: {a.for_} must be shorter than alerts.absence_window"
+    sel, tl = settings.exporter_selector, settings.exporter_test_labels
+    k = 10                                    # samples before the vanishing
+    steps = k + int((window + f) / step) + 5
+    series = []
+    home, other = test_clusters(settings)
+    # a selector that pins the cluster: that one cluster vanishes (no second one to stay quiet)
+    clusters = ((home, (POD_A,)), (other, ())) if other else ((home, ()),)
+    for cluster, pods_staying in clusters:
+        for pod in (POD_A, POD_B):
+            lab = target_labels(settings, pod, 10060, sel, tl, cluster)
+            values = [1] * steps if pod in pods_staying else [1] * k + [STALE]
+            series.append({"series": series_text("up", lab), "values": values_text(values)})
+    gone = {label: other or home for label in settings.cluster_labels}
+    t_gone = k * step
+    t_forgotten = (k - 1) * step + window + 2 * step   # the window holds none of the cluster's samples
+    return {"name": f"{a.name}: one cluster's sidecars all vanish: it pages alone, while the window "
+                    "remembers it; a single pod leaving a cluster that still reports stays quiet",
+            "interval": fmt_duration(step), "input_series": series,
+            "alert_rule_test": [alert_case(a.name, t_gone + f - step, []),
+                                alert_case(a.name, t_gone + f, [expected_alert(a, gone, 2)]),
+                                alert_case(a.name, t_forgotten, [])]}
+
+
 def recording_tests_exporter(settings: RuleSettings) -> dict:
+    """The fleet roll-ups over two clusters running the same StatefulSet: the copy of sglang-0 in the
+    second cluster (identical namespace, pod and address) stays apart from the first cluster's."""
     step = interval(settings)
     sel, tl = settings.exporter_selector, settings.exporter_test_labels
     pod_a, pod_b, pod_c = (target_labels(settings, x, 10060, sel, tl) for x in (POD_A, POD_B, POD_C))
     pod_c = {**pod_c, "namespace": "other"}
+    other = test_clusters(settings)[1]
     window = parse_duration(settings.window(settings.rate_window))
     steps = int(3600 / step) + 5 if not settings.short_windows else int(3 * window / step) + 5
     t_eval = (steps - 2) * step
     w = settings.window(settings.rate_window)
     series = []
     # per-second rates: exact binary fractions keep the expected values exact
-    ra, rb, rc = 0.5, 0.25, 0.125
-    for lab, r, model in ((pod_a, ra, "m1"), (pod_b, rb, "m1"), (pod_c, rc, "m2")):
+    targets = [(pod_a, 0.5, "m1"), (pod_b, 0.25, "m1"), (pod_c, 0.125, "m2")]
+    if other:       # sglang-0 again, in the second cluster
+        targets.append((target_labels(settings, POD_A, 10060, sel, tl, other), 0.0625, "m1"))
+    for lab, r, model in targets:
         series += [
             {"series": series_text(M_RETR, lab), "values": values_text(counter(r * step, steps))},
             {"series": series_text(M_RETR_REQ, lab), "values": values_text(counter(2 * r * step, steps))},
@@ -242,44 +283,42 @@ def recording_tests_exporter(settings: RuleSettings) -> dict:
             {"series": series_text(M_EVENTS, {**lab, "kind": "decode_batch"}),
              "values": values_text(counter(r * step, steps))},
         ]
-    ns = NAMESPACE
     oom_window = 3600.0
+    clusters = settings.cluster_labels
+
+    def rollup(keys: tuple, value, extra: dict | None = None, combine=sum) -> list:
+        """Expected samples: per target (labels, model, rate) -> value, combined by `keys` (plus `extra`)."""
+        groups: dict[tuple, list] = {}
+        for lab, r, model in targets:
+            row = {**lab, "model": model, **(extra or {})}
+            key = tuple((k, row[k]) for k in (*clusters, *keys) if k in row)
+            groups.setdefault(key, []).append(value(lab, r))
+        return [(dict(key), combine(vals)) for key, vals in groups.items()]
+
+    def mean(vals):
+        return sum(vals) / len(vals)
+    storm = {"signal": "retraction_storm"}
     exp: dict[str, list | None] = {
-        f"namespace:{M_RETR[:-6]}:rate{w}": [({"namespace": ns}, ra + rb), ({"namespace": "other"}, rc)],
-        f"namespace_pod:{M_RETR[:-6]}:rate{w}": [({"namespace": ns, "pod": POD_A}, ra),
-                                                  ({"namespace": ns, "pod": POD_B}, rb),
-                                                  ({"namespace": "other", "pod": POD_C}, rc)],
-        f"namespace_model:{M_RETR[:-6]}:rate{w}": [({"namespace": ns, "model": "m1"}, ra + rb),
-                                                    ({"namespace": "other", "model": "m2"}, rc)],
-        f"namespace_pod:{M_RETR_REQ[:-6]}:rate{w}": [({"namespace": ns, "pod": POD_A}, 2 * ra),
-                                                      ({"namespace": ns, "pod": POD_B}, 2 * rb),
-                                                      ({"namespace": "other", "pod": POD_C}, 2 * rc)],
-        f"namespace_phase:{M_OOM[:-6]}:increase1h": [({"namespace": ns, "phase": "decode"},
-                                                      (ra + rb) * oom_window),
-                                                     ({"namespace": "other", "phase": "decode"},
-                                                      rc * oom_window)],
-        f"namespace_signal_severity:{M_FIRING}:sum": [
-            ({"namespace": ns, "signal": "retraction_storm", "severity": "critical"}, 2),
-            ({"namespace": "other", "signal": "retraction_storm", "severity": "critical"}, 1)],
-        f"namespace_model_signal:{M_FIRING}:sum": [
-            ({"namespace": ns, "model": "m1", "signal": "retraction_storm"}, 2),
-            ({"namespace": "other", "model": "m2", "signal": "retraction_storm"}, 1)],
-        f"namespace_signal:{M_KNOWN}:avg": [({"namespace": ns, "signal": "retraction_storm"}, 1),
-                                            ({"namespace": ns, "signal": "latency_high"}, 0.5),
-                                            ({"namespace": "other", "signal": "retraction_storm"}, 1),
-                                            ({"namespace": "other", "signal": "latency_high"}, 0)],
-        f"namespace_pod:{M_READ[:-6]}:rate{w}": [({"namespace": ns, "pod": POD_A}, 4 * ra),
-                                                  ({"namespace": ns, "pod": POD_B}, 4 * rb),
-                                                  ({"namespace": "other", "pod": POD_C}, 4 * rc)],
-        f"namespace_pod_reason:{M_UNPARSED[:-6]}:rate{w}": [
-            ({"namespace": ns, "pod": POD_A, "reason": "unknown_message"}, ra),
-            ({"namespace": ns, "pod": POD_B, "reason": "unknown_message"}, rb),
-            ({"namespace": "other", "pod": POD_C, "reason": "unknown_message"}, rc)],
-        f"namespace_pod_kind:{M_EVENTS[:-6]}:rate{w}": [
-            ({"namespace": ns, "pod": POD_A, "kind": "decode_batch"}, ra),
-            ({"namespace": ns, "pod": POD_B, "kind": "decode_batch"}, rb),
-            ({"namespace": "other", "pod": POD_C, "kind": "decode_batch"}, rc)],
+        f"namespace:{M_RETR[:-6]}:rate{w}": rollup(("namespace",), lambda lab, r: r),
+        f"namespace_pod:{M_RETR[:-6]}:rate{w}": rollup(("namespace", "pod"), lambda lab, r: r),
+        f"namespace_model:{M_RETR[:-6]}:rate{w}": rollup(("namespace", "model"), lambda lab, r: r),
+        f"namespace_pod:{M_RETR_REQ[:-6]}:rate{w}": rollup(("namespace", "pod"), lambda lab, r: 2 * r),
+        f"namespace_phase:{M_OOM[:-6]}:increase1h": rollup(("namespace", "phase"), lambda lab, r: r * oom_window,
+                                                          {"phase": "decode"}),
+        f"namespace_signal_severity:{M_FIRING}:sum": rollup(("namespace", "signal", "severity"),
+                                                            lambda lab, r: 1, {**storm, "severity": "critical"}),
+        f"namespace_model_signal:{M_FIRING}:sum": rollup(("namespace", "model", "signal"), lambda lab, r: 1, storm),
+        f"namespace_signal:{M_KNOWN}:avg": (
+            rollup(("namespace", "signal"), lambda lab, r: 1, storm, mean)
+            + rollup(("namespace", "signal"), lambda lab, r: 1 if lab is pod_a else 0, {"signal": "latency_high"},
+                     mean)),
+        f"namespace_pod:{M_READ[:-6]}:rate{w}": rollup(("namespace", "pod"), lambda lab, r: 4 * r),
+        f"namespace_pod_reason:{M_UNPARSED[:-6]}:rate{w}": rollup(("namespace", "pod", "reason"), lambda lab, r: r,
+                                                                  {"reason": "unknown_message"}),
+        f"namespace_pod_kind:{M_EVENTS[:-6]}:rate{w}": rollup(("namespace", "pod", "kind"), lambda lab, r: r,
+                                                              {"kind": "decode_batch"}),
     }
+    assert len(exp[f"namespace:{M_RETR[:-6]}:rate{w}"] or ()) == len(targets) - 1   # the twin: its own group
     names = [r["record"] for r in exporter_recording_rules(settings)]
     assert sorted(names) == sorted(exp), (names, list(exp))
     if settings.short_windows and oom_window > t_eval:

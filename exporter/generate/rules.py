@@ -13,9 +13,11 @@ import yaml
 
 from exporter import catalog
 from exporter.catalog_native import native_metric_names
+from exporter.catalog_serving import SERVING_SIGNALS
 from exporter.catalog_tuning import TUNING_SIGNALS
 from exporter.config import Config
 from exporter.generate.promql import by, fmt_duration, num, sel
+from exporter.generate.rules_serving import serving_native_specs
 from exporter.generate.settings import RuleSettings
 from exporter.generate.yamlout import BlockDumper
 
@@ -55,11 +57,33 @@ class Alert:
         }
 
 
+# How the catalog's descriptions name the server they are about (a target address, one per scrape job)
+CATALOG_SERVER_REFS = ("{{ $labels.job }}/{{ $labels.instance }}", "{{ $labels.instance }}")
+
+
+def server_ref(settings: RuleSettings) -> str:
+    """A Go template naming a server by its identity labels, then its target address: `eu-1/llm/sglang-0
+    (10.0.0.7:10060)`; a label a series lacks is left out (cluster is often only an external label)."""
+    *outer, server = settings.identity_labels
+    return ("".join(f"{{{{ with $labels.{name} }}}}{{{{ . }}}}/{{{{ end }}}}" for name in outer)
+            + f"{{{{ with $labels.{server} }}}}{{{{ . }}}} {{{{ end }}}}"
+            + "{{ with $labels.instance }}({{ . }}){{ end }}")
+
+
 def decorate(alerts: list[Alert], settings: RuleSettings) -> list[Alert]:
     """The cross-cutting fields of every alert: the `severity` label the Alertmanager example routes on
-    (critical pages, warning/info open a ticket) and the runbook link (from `alerts.runbook_base_url`)."""
+    (critical pages, warning/info open a ticket), the runbook link (from `alerts.runbook_base_url`), and
+    the server named in the description by its identity labels (cluster, namespace, pod), not only by the
+    address the catalog writes (a pod IP means nothing at 3 a.m.)."""
+    ref = server_ref(settings)
+
+    def described(text: str) -> str:
+        for catalog_ref in CATALOG_SERVER_REFS:
+            text = text.replace(catalog_ref, ref)
+        return text
     return [dataclasses.replace(a, labels={"severity": a.severity, **a.labels},
-                                runbook_url=settings.runbook_url(a.name)) for a in alerts]
+                                description=described(a.description), runbook_url=settings.runbook_url(a.name))
+            for a in alerts]
 
 
 def _metric(name: str) -> str:
@@ -103,6 +127,9 @@ RETRACTED = native_metric_names("retracted_requests")[0]
 TTFT, = native_metric_names("ttft")
 ITL, ITL_BEFORE_0_4_4 = native_metric_names("itl")
 E2E, = native_metric_names("e2e")
+RESPONSES, = native_metric_names("responses")
+ABORTED, = native_metric_names("aborted_requests")
+REQUESTS, = native_metric_names("requests")
 LATENCY_HISTOGRAMS = (TTFT, ITL, E2E)
 
 
@@ -112,12 +139,27 @@ def summary_of(signal_id: str) -> str:
     return alert.summary
 
 
+CAUSE_LABEL = "{{ $labels.cause }}"     # how the catalog's failure descriptions place the cause line
+
+
+def cause_lookup(settings: RuleSettings, signal_id: str) -> str:
+    """A Go template reading the cause line from `failure_cause_info` when the alert is rendered. The line is
+    free text that changes within one incident (a second traceback, numbers in it): as an alert label it would
+    end the alert and start a new one, a new notification each time; in the description it only updates."""
+    matchers = ",".join(f"{label}=%q" for label in settings.join_labels + ("signal",))
+    args = " ".join([f"$labels.{label}" for label in settings.join_labels] + [f'"{signal_id}"'])
+    return (f'{{{{ with printf "{M_CAUSE}{{{matchers}}}" {args} | query }}}}'
+            '{{ . | first | label "cause" }}{{ end }}')
+
+
 def _signal_alert(s, expr: str, settings: RuleSettings) -> Alert:
     labels = {"signal": s.id}
     if s.family:    # a critical of the family silences the family's warnings on the same instance
         labels["family"] = s.family
+    description = s.alert.description.replace(CAUSE_LABEL, cause_lookup(settings, s.id)) if s.failure \
+        else s.alert.description
     return Alert(s.alert.name, expr, settings.for_duration(s.alert.name), s.severity, s.alert.summary,
-                 s.alert.description, s.alert.page, labels, "signal", s.id, s.meaning, s.impact)
+                 description, s.alert.page, labels, "signal", s.id, s.meaning, s.impact)
 
 
 def signal_alerts(settings: RuleSettings) -> list[Alert]:
@@ -135,9 +177,10 @@ def signal_alerts(settings: RuleSettings) -> list[Alert]:
                 f"# firing without a value still alerts ($value is then 1)\n"
                 f"or on ({join})\n{firing}\n")
         if s.failure:
-            # the cause line rides along as labels, for the description; without one the alert still fires
+            # the cause's class (a short fixed list) rides along as a label, for routing; the cause line is
+            # read by the description (cause_lookup). Without a cause exported the alert still fires.
             base = "(\n" + expr + ")"
-            expr = (f"(\n{base}\n  * on ({join}) group_left (cause_class, cause)\n"
+            expr = (f"(\n{base}\n  * on ({join}) group_left (cause_class)\n"
                     f"  {M_CAUSE}{sel(settings.exporter_selector, signal_match)}\n)\n"
                     f"# no cause exported (yet): fire without it\nor on ({join})\n{base}\n")
         out.append(_signal_alert(s, expr, settings))
@@ -146,10 +189,16 @@ def signal_alerts(settings: RuleSettings) -> list[Alert]:
 
 def meta_alerts(settings: RuleSettings) -> list[Alert]:
     join = by(settings.join_labels)
+    clusters = by(settings.cluster_labels)
+    absence = settings.window(settings.absence_window)
     exporter = settings.exporter_selector
     drift = settings.window(settings.drift_window)
     exprs = {
         "SGLangExporterDown": f"up{sel(exporter)} == 0\nor\nabsent(up{sel(exporter)})\n",
+        # absent() stays silent while any cluster still reports: compare each cluster with its own past
+        "SGLangExportersVanished": (
+            f"count by ({clusters}) (\n  max_over_time(up{sel(exporter)}[{absence}])\n)\n"
+            f"unless on ({clusters})\ncount by ({clusters}) (up{sel(exporter)})\n"),
         "SGLangTargetDown": f"{M_SCRAPE}{sel(exporter, SRC_METRICS)} == 0\n",
         "SGLangLogParserDrift": (
             "(\n"
@@ -184,6 +233,13 @@ def native_alerts(settings: RuleSettings) -> list[Alert]:
     group = by(settings.join_labels + settings.native_keep_labels)
     sglang = settings.sglang_selector
     out = []
+    # A server whose sidecar is scraped is judged by the sidecar (its alerts page): the native alert stands
+    # down there, so one incident is one alert. Matched on the server's identity, not the address (the
+    # sidecar's port differs); a sidecar without the server label (pod) silences nothing.
+    has_server = f'{settings.server_label}!=""'
+    sidecar_up = (f"# the sidecar judges this server: its alert pages, this one stands down\n"
+                  f"unless on ({by(settings.identity_labels)})\n"
+                  f"up{sel(settings.exporter_selector, has_server)} == 1\n")
 
     def add(name, sid, expr, summary, description):
         s = catalog.SIGNALS_BY_ID[sid]
@@ -191,6 +247,7 @@ def native_alerts(settings: RuleSettings) -> list[Alert]:
         labels = {"signal": sid}
         if s.family:
             labels["family"] = s.family
+        expr = "(\n" + "".join(f"  {line}\n" for line in expr.rstrip("\n").split("\n")) + ")\n" + sidecar_up
         out.append(Alert(name, expr, settings.for_duration(s.alert.name), s.severity, summary, description,
                          s.alert.page, labels, "native", sid, s.meaning, s.impact))
 
@@ -250,7 +307,39 @@ def native_alerts(settings: RuleSettings) -> list[Alert]:
                 "{{ $labels.instance }}: p99 " + what + " over " + w +
                 " is {{ $value | printf \"%.3f\" }}s (objective: " + num(t[key]) +
                 "s). Advice: lower --max-running-requests or the request rate.")
+    join = by(settings.join_labels)
+    for sid, name, op in (("error_rate", "SGLangNativeErrorRate", ">"),
+                          ("errors_nearly_all", "SGLangNativeErrorsNearlyAll", ">=")):
+        t = settings.thresholds_in_force(sid)
+        if not t:
+            continue
+        w = window_of(sid)
+        ratio = num(t["max_ratio" if op == ">" else "min_ratio"])
+        post = sel(sglang, 'method="POST"')
+        failed = sel(sglang, 'method="POST"', 'status_code=~"5.."')
+
+        least = num(t["min_requests"])
+        add(name, sid,
+            "# SGLang 0.5.23+: the 5xx share of inference (POST) responses; health checks are GETs\n"
+            + _share(group, w, op, ratio, least, f"{RESPONSES}{failed}", f"{RESPONSES}{post}")
+            + "# 0.4.7-0.5.22: aborted over finished requests (where the response counter is missing)\n"
+            + "or\n(\n" + _share(group, w, op, ratio, least, f"{ABORTED}{sel(sglang)}", f"{REQUESTS}{sel(sglang)}")
+            # (http_responses_total carries no model_name: the pod's identity alone says which release it is)
+            + f") unless on ({join}) count by ({join}) ({RESPONSES}{sel(sglang)})\n",
+            summary_of(sid),
+            "{{ $labels.instance }}: {{ $value | humanizePercentage }} of requests failed over " + w +
+            f" (objective: {'under ' + ratio if op == '>' else 'paging at ' + ratio}). The cause is in SGLang's "
+            "log: `Error in request: ...`.")
+    for spec in serving_native_specs(settings):
+        add(*spec)
     return out
+
+
+def _share(group: str, w: str, op: str, ratio: str, least: str, failed: str, answered: str) -> str:
+    """failed / answered over `w` compared with `ratio`, when at least `least` were answered."""
+    return (f"(\n  sum by ({group}) (increase({failed}[{w}]))\n  /\n"
+            f"  sum by ({group}) (increase({answered}[{w}]))\n) {op} {ratio}\n"
+            f"and\n sum by ({group}) (increase({answered}[{w}])) >= {least}\n")
 
 
 def exporter_recording_rules(settings: RuleSettings) -> list[dict]:
@@ -259,23 +348,24 @@ def exporter_recording_rules(settings: RuleSettings) -> list[dict]:
     rate_ops = "rate" + w
     join = by(settings.join_labels)
     info_join = f"on ({join}) group_left (model)\n  max by ({join}, model) ({M_INFO}{exporter})"
+    c = "".join(f"{label}, " for label in settings.cluster_labels)   # roll-ups never mix clusters
     rules = [
-        ("namespace", M_RETR, f"sum by (namespace) (rate({M_RETR}{exporter}[{w}]))", rate_ops),
-        ("namespace_pod", M_RETR, f"sum by (namespace, pod) (rate({M_RETR}{exporter}[{w}]))", rate_ops),
+        ("namespace", M_RETR, f"sum by ({c}namespace) (rate({M_RETR}{exporter}[{w}]))", rate_ops),
+        ("namespace_pod", M_RETR, f"sum by ({c}namespace, pod) (rate({M_RETR}{exporter}[{w}]))", rate_ops),
         ("namespace_model", M_RETR,
-         f"sum by (namespace, model) (\n  rate({M_RETR}{exporter}[{w}])\n  * {info_join}\n)", rate_ops),
-        ("namespace_pod", M_RETR_REQ, f"sum by (namespace, pod) (rate({M_RETR_REQ}{exporter}[{w}]))", rate_ops),
-        ("namespace_phase", M_OOM, f"sum by (namespace, phase) (increase({M_OOM}{exporter}[1h]))",
+         f"sum by ({c}namespace, model) (\n  rate({M_RETR}{exporter}[{w}])\n  * {info_join}\n)", rate_ops),
+        ("namespace_pod", M_RETR_REQ, f"sum by ({c}namespace, pod) (rate({M_RETR_REQ}{exporter}[{w}]))", rate_ops),
+        ("namespace_phase", M_OOM, f"sum by ({c}namespace, phase) (increase({M_OOM}{exporter}[1h]))",
          "increase1h"),
         ("namespace_signal_severity", M_FIRING,
-         f"sum by (namespace, signal, severity) ({M_FIRING}{exporter})", "sum"),
+         f"sum by ({c}namespace, signal, severity) ({M_FIRING}{exporter})", "sum"),
         ("namespace_model_signal", M_FIRING,
-         f"sum by (namespace, model, signal) (\n  {M_FIRING}{exporter}\n  * {info_join}\n)", "sum"),
-        ("namespace_signal", M_KNOWN, f"avg by (namespace, signal) ({M_KNOWN}{exporter})", "avg"),
-        ("namespace_pod", M_READ, f"sum by (namespace, pod) (rate({M_READ}{exporter}[{w}]))", rate_ops),
+         f"sum by ({c}namespace, model, signal) (\n  {M_FIRING}{exporter}\n  * {info_join}\n)", "sum"),
+        ("namespace_signal", M_KNOWN, f"avg by ({c}namespace, signal) ({M_KNOWN}{exporter})", "avg"),
+        ("namespace_pod", M_READ, f"sum by ({c}namespace, pod) (rate({M_READ}{exporter}[{w}]))", rate_ops),
         ("namespace_pod_reason", M_UNPARSED,
-         f"sum by (namespace, pod, reason) (rate({M_UNPARSED}{exporter}[{w}]))", rate_ops),
-        ("namespace_pod_kind", M_EVENTS, f"sum by (namespace, pod, kind) (rate({M_EVENTS}{exporter}[{w}]))",
+         f"sum by ({c}namespace, pod, reason) (rate({M_UNPARSED}{exporter}[{w}]))", rate_ops),
+        ("namespace_pod_kind", M_EVENTS, f"sum by ({c}namespace, pod, kind) (rate({M_EVENTS}{exporter}[{w}]))",
          rate_ops),
     ]
     out = []
@@ -307,14 +397,18 @@ def all_alerts(settings: RuleSettings) -> list[Alert]:
 
 def rule_files(settings: RuleSettings) -> dict[str, dict]:
     tuning = {s.alert.name for s in TUNING_SIGNALS if s.alert}
+    serving = {s.alert.name for s in SERVING_SIGNALS if s.alert}
     alerts = all_alerts(settings)
-    signal_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name not in tuning]
+    signal_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name not in tuning | serving]
     tuning_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name in tuning]
+    serving_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name in serving]
     return {
         EXPORTER_RULES: {"groups": [
             {"name": "sglang-exporter.signals", "rules": signal_rules},
             # the signals read from SGLang's newer /metrics families (catalog_tuning); a group stays <= 20 rules
             {"name": "sglang-exporter.tuning", "rules": tuning_rules},
+            # up but not serving, and the failures and waste SGLang counts itself (catalog_serving)
+            {"name": "sglang-exporter.serving", "rules": serving_rules},
             {"name": "sglang-exporter.meta", "rules": [a.rule() for a in alerts if a.kind == "meta"]},
             {"name": "sglang-exporter.fleet", "rules": exporter_recording_rules(settings)},
         ]},

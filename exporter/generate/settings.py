@@ -18,6 +18,25 @@ class RuleSettings:
     def __getattr__(self, name):        # selectors, label lists, windows, URLs: as in the alerts: section
         return getattr(self.alerts, name)
 
+    @property
+    def join_labels(self) -> tuple:
+        """One target's labels: what joins of one target's own series match on."""
+        joined = self.alerts.join_labels
+        return joined if joined is not None else self.identity_labels + ("instance", "job")
+
+    @property
+    def group_by(self) -> tuple:
+        return self.alerts.group_by if self.alerts.group_by is not None else self.identity_labels
+
+    @property
+    def inhibit_equal(self) -> tuple:
+        return self.alerts.inhibit_equal if self.alerts.inhibit_equal is not None else self.identity_labels
+
+    @property
+    def server_label(self) -> str:
+        """The identity label that names the server itself (pod): without it a target is joined to nothing."""
+        return self.identity_labels[-1]
+
     def thresholds(self, signal_id: str) -> dict:
         """The catalog defaults under the `signals:` overrides, whatever the profile (test values)."""
         found = thresholds(signal_id, None, {signal_id: self._overrides(signal_id)})
@@ -27,6 +46,11 @@ class RuleSettings:
     def thresholds_in_force(self, signal_id: str) -> dict | None:
         """Thresholds the native rules compare (None: the signal is off in `alerts.profile`)."""
         return thresholds(signal_id, self.alerts.profile, self.config.signals)
+
+    def objectives(self) -> dict:
+        """The `slo:` objectives in force, in the catalog's order (kind -> {target, threshold_seconds})."""
+        from exporter.catalog_slo import KINDS
+        return {k.id: self.config.slo[k.id] for k in KINDS if k.id in self.config.slo}
 
     def _overrides(self, signal_id: str) -> dict:
         return {k: v for k, v in (self.config.signals.get(signal_id) or {}).items() if k != "enabled"}

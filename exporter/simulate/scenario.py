@@ -53,6 +53,7 @@ class Phase:
     pd_queue: object = 0                      # PD disaggregation: requests in this server's transfer queues
     events: list = field(default_factory=list)
     silent: bool = False
+    scheduler_idle: bool = False              # silent: the scheduler idles (counts idle time) instead of hanging
 
 
 @dataclass
@@ -75,7 +76,7 @@ class Scenario:
 
 _PHASE_KEYS = {"duration", "queue", "running", "token_usage", "gen_throughput", "cuda_graph",
                "retractions_per_minute", "latency", "prompt_tokens", "cache_hit_rate", "spec_accept_length",
-               "pd_queue", "events", "silent"}
+               "pd_queue", "events", "silent", "scheduler_idle"}
 _TOP_KEYS = {"description", "format", "layout", "server_args", "startup", "phases"}
 
 
@@ -154,6 +155,10 @@ def _parse_phase(fname: str, i: int, raw) -> Phase:
         if not isinstance(raw["silent"], bool):
             raise ScenarioError(f"{fname}: {where}.silent: expected true or false")
         p.silent = raw["silent"]
+    if "scheduler_idle" in raw:
+        if not isinstance(raw["scheduler_idle"], bool):
+            raise ScenarioError(f"{fname}: {where}.scheduler_idle: expected true or false")
+        p.scheduler_idle = raw["scheduler_idle"]
     events = raw.get("events") or []
     if not isinstance(events, list):
         raise ScenarioError(f"{fname}: {where}.events: expected a list")
