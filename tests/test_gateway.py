@@ -12,6 +12,7 @@ from exporter.catalog_gateway import GATEWAY_SIGNALS
 from exporter.catalog_metrics import METRICS
 from exporter.config import Config
 from exporter.generate import gateway as gen
+from exporter.generate.settings import RuleSettings
 from exporter.releases import gateway as releases
 
 RENDERED = gen.render(Config())
@@ -42,7 +43,7 @@ EXPRS = [(r["alert"], r["expr"]) for r in RULES] + [
 
 @pytest.mark.parametrize(("where", "expr"), EXPRS, ids=[w for w, _ in EXPRS])
 def test_every_selector_names_a_family_and_labels_the_gateway_emits(where, expr):
-    identity = set(Config().alerts.join_labels) | {"namespace"}
+    identity = set(RuleSettings().join_labels) | {"namespace"}
     for family, labels in _selections(expr):
         emitted = set(releases.family(family).labels)
         assert labels - identity <= emitted, f"{where}: {family} has labels {sorted(emitted)}, not {labels}"
