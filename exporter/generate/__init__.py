@@ -20,6 +20,7 @@ def render(config: Config | None = None) -> dict[str, str]:
         alerts_doc,
         component,
         dashboards,
+        gateway,
         helm,
         kubernetes,
         metrics_doc,
@@ -32,7 +33,8 @@ def render(config: Config | None = None) -> dict[str, str]:
     from exporter.releases import compatibility
     config = config or Config()
     files: dict[str, str] = {}
-    for module in (rules, slo, promtool, alertmanager, runbooks, alerts_doc, sources, dashboards, metrics_doc, helm):
+    for module in (rules, slo, promtool, alertmanager, runbooks, alerts_doc, sources, dashboards, metrics_doc, helm,
+                   gateway):
         files.update(module.render(config))
     files[compatibility.PATH] = compatibility.render()
     files.update(kubernetes.render_from(files))

@@ -72,6 +72,19 @@ def alertmanager_config(settings: RuleSettings) -> dict:
                 "target_matchers": [f'alertname=~"SGLangStalled|{IDLE_ALERT}"'],
                 "equal": list(settings.inhibit_equal),
             },
+            {  # a gateway breaker open on a worker whose engine crashed: one page, the joined one (its engine's
+                # crash page, on the engine's instance)
+                "source_matchers": ['alertname="SGLangGatewayWorkerEngineCrashed"'],
+                "target_matchers": ['alertname="SGLangServerCrashed"'],
+                "equal": list(settings.inhibit_equal),
+            },
+            {  # ... and the gateway's own breaker alert on that worker (the joined alert names the engine's
+               # pod, the breaker alert the gateway's: the worker URL is what they share)
+                "source_matchers": ['alertname="SGLangGatewayWorkerEngineCrashed"'],
+                "target_matchers": ['alertname="SGLangGatewayCircuitOpen"'],
+                "equal": [lab for lab in settings.inhibit_equal
+                          if lab not in ("instance", settings.server_label)] + ["worker"],
+            },
             {  # no batch progress and the scheduler's own clock idle are one incident: the stall pages, the
                # idle scheduler (its second witness, catalog_serving) is held back; alone it pages itself
                 "source_matchers": ['alertname="SGLangStalled"'],

@@ -282,6 +282,17 @@ rules:
   slo:
 @SLO@
 
+# SGLang's gateway (SGLang Model Gateway smg_*, or sglang-router sgl_router_*): its own metrics port, no sidecar.
+# enabled: a monitor of that port and the gateway's alerts (docs/gateway.md); the Gateway board ships regardless.
+gateway:
+  enabled: false
+  monitor: PodMonitor                # PodMonitor | ServiceMonitor
+  podSelector: {}                    # PodMonitor: a label selector of your gateway pods ({matchLabels: ...})
+  port: 29000                        # the gateway's --prometheus-port
+  service:
+    selector: {}                     # ServiceMonitor: a label selector of the Service in front of the gateway
+    port: metrics                    # its port name for the metrics port
+
 dashboards:
   # ConfigMaps the Grafana sidecar of kube-prometheus-stack picks up (grafana_dashboard: "1")
   configMap:
