@@ -145,7 +145,8 @@ def _sources(doc: dict, now: float) -> str:
 
 
 def _rank_name(key: tuple) -> str:
-    return " ".join(f"{k.upper()}{v}" for k, v in zip(("dp", "tp", "pp"), key) if v is not None) or "rank"
+    # a single-GPU server prints no rank prefix: its one row is the GPU, as in the free-memory line above it
+    return " ".join(f"{k.upper()}{v}" for k, v in zip(("dp", "tp", "pp"), key) if v is not None) or "GPU"
 
 
 def _rank_cells(values: tuple) -> list[str]:
