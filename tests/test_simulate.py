@@ -589,6 +589,8 @@ FIRES = {
     "cuda_graph_off": {"cuda_graph_off_small_batch"},
     "concurrency_capped": {"concurrency_capped", "kv_cache_underused"},
     "stalled": {"stalled"},
+    # from the log's 500 access lines (SGLang's /metrics counts them too); the page's warning twin fires with it
+    "errors_elevated": {"error_rate"}, "errors_nearly_all": {"errors_nearly_all", "error_rate"},
 }
 
 
