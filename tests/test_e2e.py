@@ -3,6 +3,7 @@
 tests/e2e_harness.py."""
 from __future__ import annotations
 
+import re
 import subprocess
 import urllib.parse
 from collections import Counter
@@ -29,7 +30,7 @@ from helpers import require_tool, wait_until
 from exporter import catalog
 from exporter.generate import rules as gen
 from exporter.generate.promql import parse_duration
-from exporter.simulate import CRASH_CAUSE
+from exporter.simulate import CRASH_CAUSE, REQUEST_ERROR_CAUSE
 
 pytestmark = pytest.mark.real
 
@@ -250,6 +251,55 @@ def test_a_crash_pages_with_its_cause_line(stack):
     assert pages[0]["annotations"]["description"].startswith(f"{NAMESPACE}/server_crash ({r.instance}): ")
 
 
+def _ratio_in(description: str) -> float:
+    """The share a description names ("... 19.87% of requests failed ..."), as a ratio."""
+    found = re.search(r": ([0-9.]+)% of requests failed", description)
+    assert found, description
+    return float(found.group(1)) / 100
+
+
+def test_nearly_all_errors_page_once_naming_the_ratio(stack):
+    """errors_nearly_all: every inference request is answered 500 (SGLang 0.5.23's http_responses_total, and
+    `Error in request: ...` lines) while batch lines and health checks go on. The exporter judges
+    errors_nearly_all (the GET /health 200s would dilute the share to ~94 % if counted), not a crash;
+    Prometheus fires SGLangErrorsNearlyAll and SGLangErrorRate; Alertmanager pages once and inhibits the
+    ticket."""
+    name = "errors_nearly_all"
+    r = stack.running[name]
+    doc = get_json(f"http://{r.instance}/api/v1/signals")
+    by_id = {s["id"]: s for s in doc["signals"]}
+    assert by_id["errors_nearly_all"]["state"] == "firing", _explain(stack, name)
+    assert by_id["errors_nearly_all"]["value"] == 1.0, by_id["errors_nearly_all"]
+    assert "http_responses_total" in by_id["errors_nearly_all"]["detail"], by_id["errors_nearly_all"]
+    assert REQUEST_ERROR_CAUSE in by_id["errors_nearly_all"]["detail"], by_id["errors_nearly_all"]
+    assert by_id["server_crashed"]["state"] != "firing", by_id["server_crashed"]
+    notes = [(p, note, a) for p, note, a in list(stack.webhook.received)
+             for a in note["alerts"] if note["groupLabels"].get("pod") == name]
+    pages = [(note, a) for p, note, a in notes if p == "page"]
+    assert [a["labels"]["alertname"] for _, a in pages] == ["SGLangErrorsNearlyAll"], _explain(stack, name)
+    assert pages[0][1]["annotations"]["description"].startswith(f"{NAMESPACE}/{name} ({r.instance}): ")
+    assert _ratio_in(pages[0][1]["annotations"]["description"]) == 1.0
+    assert not [a for p, _, a in notes if p == "ticket"], "the ticket is inhibited by the page"
+    am = {a["labels"]["alertname"]: a for a in stack.am_alerts() if a["labels"].get("instance") == r.instance}
+    assert am["SGLangErrorRate"]["status"]["inhibitedBy"] == [am["SGLangErrorsNearlyAll"]["fingerprint"]]
+
+
+def test_elevated_errors_ticket_without_a_page(stack):
+    """errors_elevated: one request in five fails: error_rate (above 5 %) opens a ticket naming the share;
+    errors_nearly_all (95 %) does not fire, and nothing pages."""
+    name = "errors_elevated"
+    r = stack.running[name]
+    doc = get_json(f"http://{r.instance}/api/v1/signals")
+    by_id = {s["id"]: s for s in doc["signals"]}
+    assert by_id["error_rate"]["state"] == "firing", _explain(stack, name)
+    assert 0.17 <= by_id["error_rate"]["value"] <= 0.23, by_id["error_rate"]
+    assert by_id["errors_nearly_all"]["state"] == "ok", by_id["errors_nearly_all"]
+    notes = [(p, a) for p, _, a in stack.webhook.alerts() if a["labels"].get("instance") == r.instance]
+    assert [(p, a["labels"]["alertname"]) for p, a in notes] == [("ticket", "SGLangErrorRate")], \
+        _explain(stack, name)
+    assert 0.17 <= _ratio_in(notes[0][1]["annotations"]["description"]) <= 0.23, notes[0][1]["annotations"]
+
+
 def test_stall_is_seen_from_silence_alone(stack):
     """stalled_tuning has no watchdog line: the exporter sees the stall from the silence (queue > 0, no
     batch line for stall_seconds of wall time)."""
@@ -309,7 +359,7 @@ def test_one_page_per_incident_with_both_rule_sets(stack):
     pages = Counter(note["groupLabels"].get("pod", "") for note in notes if note.get("status") == "firing")
     paging = {name for name, exp in stack.expected.items()
               if any(e.receiver == "page" and not e.inhibited_by for e in exp.values())}
-    assert {"retraction_storm", "oom_decode", "server_crash"} <= paging, sorted(paging)
+    assert {"retraction_storm", "oom_decode", "server_crash", "errors_nearly_all"} <= paging, sorted(paging)
     assert {pod: n for pod, n in pages.items() if n != 1} == {}, (dict(pages), _explain(stack))
     assert set(pages) == paging, (dict(pages), sorted(paging))
     for note in notes:

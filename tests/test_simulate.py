@@ -589,6 +589,8 @@ FIRES = {
     "cuda_graph_off": {"cuda_graph_off_small_batch"},
     "concurrency_capped": {"concurrency_capped", "kv_cache_underused"},
     "stalled": {"stalled"},
+    # from the log's 500 access lines (SGLang's /metrics counts them too); the page's warning twin fires with it
+    "errors_elevated": {"error_rate"}, "errors_nearly_all": {"errors_nearly_all", "error_rate"},
 }
 
 
@@ -605,3 +607,27 @@ def test_scenario_fires_its_signals(name, tmp_path):
         report = analyze([str(log)], Config(), progress=False)
         assert {s["id"] for s in report["signals"] if s["fired"]} == FIRES[name] - {"queue_below_range"}
         assert not [a for a in report["advice"] if a["flag"] == "request-rate"]
+
+
+def test_error_ratio_fails_that_share_and_counts_by_status_on_0_5_23_only():
+    """error_ratio: the share of access lines that are 500s after SGLang's request error; on 0.5.23 the POST
+    responses by status code plus health-check GETs in http_responses_total; older families lack the family."""
+    from exporter.ingest.grammar.patterns import REQUEST_ERROR_STARTS
+    data = {"phases": [{"duration": 120, "error_ratio": 0.25}]}
+    sim = Simulator(parse_scenario(data, "errs", "errs.yaml"), start=WHEN)
+    lines = sim.lines_until(120)
+    failed = [ln for ln in lines if ln.endswith('"POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error')]
+    answered = [ln for ln in lines if '"POST /' in ln]
+    assert len(failed) == len(answered) // 4 > 0
+    errors = [ln for ln in lines if "] Error in request: " in ln]
+    assert len(errors) == len(failed) and errors[0].split("] ", 1)[1].startswith(REQUEST_ERROR_STARTS)
+    counts = {(s.labels["method"], s.labels["status_code"]): s.value
+              for fam in text_string_to_metric_families(sim.metrics_text()) if fam.name == "sglang:http_responses"
+              for s in fam.samples}
+    assert counts[("POST", "500")] == pytest.approx(counts[("POST", "200")] / 3, rel=0.02)
+    assert counts[("GET", "200")] == pytest.approx(119, abs=1)
+    older = Simulator(parse_scenario(data, "errs", "errs.yaml"), start=WHEN, fmt="0.5.8")
+    older.lines_until(120)
+    assert "http_responses" not in older.metrics_text()
+    with pytest.raises(ScenarioError, match=r"errs.yaml: phases\[0\].error_ratio: expected values between 0 and 1"):
+        parse_scenario({"phases": [{"error_ratio": 1.5}]}, "errs", "errs.yaml")

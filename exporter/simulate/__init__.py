@@ -10,7 +10,8 @@ simulated state, so the exporter, its alerts and dashboards can be rehearsed wit
 Timing model: simulated time advances in whole seconds. Second 0 (and the second of a `restart` event)
 prints the start-up block; every other second of a non-silent phase prints one decode line per DP rank
 (from its TP0 scheduler), a prefill line every PREFILL_EVERY seconds, the retractions due (every TP rank
-prints them), and a few uvicorn access lines. Everything random comes from one random.Random(seed); the
+prints them), and a few uvicorn access lines (a phase's `error_ratio` of them answered 500, each after its request
+error). Everything random comes from one random.Random(seed); the
 /metrics-only values (queue time, KV token split, new-token ratio, speculative and PD figures) are derived
 from the scenario without random draws, so the log is the same whatever the exposition shows.
 See docs/simulate.md for the scenario format.
@@ -29,6 +30,7 @@ from exporter.simulate.lines import (
     GPU_TOTAL_GIB,
     GRAPH_GIB,
     KV_BYTES_PER_TOKEN,
+    REQUEST_ERROR_CAUSE,
     WEIGHTS_GIB,
     LineWriter,
 )
@@ -51,7 +53,7 @@ from exporter.simulate.scenario import (
 __all__ = [
     "CRASH_CAUSE", "DEFAULT_FORMAT", "DEFAULT_SERVER_ARGS", "E2E_BUCKETS", "EVENT_KINDS", "FAMILIES", "GIB",
     "GPU_AVAIL_AT_BOOT", "GPU_TOTAL_GIB", "GRAPH_GIB", "ITL_BUCKETS", "KV_BYTES_PER_TOKEN", "MAX_ACCESS_PER_SECOND",
-    "PREFILL_EVERY", "SCENARIO_DIR", "TTFT_BUCKETS", "WEIGHTS_GIB", "Event", "LineWriter", "Phase", "Scenario",
-    "ScenarioError", "Simulator", "add_arguments", "list_scenarios", "load_scenario", "main", "parse_listen",
-    "parse_scenario", "run_simulator", "serve_metrics",
+    "PREFILL_EVERY", "REQUEST_ERROR_CAUSE", "SCENARIO_DIR", "TTFT_BUCKETS", "WEIGHTS_GIB", "Event", "LineWriter",
+    "Phase", "Scenario", "ScenarioError", "Simulator", "add_arguments", "list_scenarios", "load_scenario", "main",
+    "parse_listen", "parse_scenario", "run_simulator", "serve_metrics",
 ]

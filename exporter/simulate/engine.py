@@ -8,11 +8,12 @@ from datetime import datetime, timedelta
 
 from exporter.simulate import exposition
 from exporter.simulate.exposition import ServerState
-from exporter.simulate.lines import LineWriter
+from exporter.simulate.lines import FAILING_PATH, LineWriter
 from exporter.simulate.scenario import Event, Phase, Scenario
 
 PREFILL_EVERY = 5           # seconds between prefill lines
 MAX_ACCESS_PER_SECOND = 4   # uvicorn access lines written per simulated second (a sample of completions)
+HEALTH_CHECKS_PER_SECOND = 1.0   # GET /health answered 200 (probes): counted by http_responses_total, never failures
 # SGLang's scheduler estimate of the share of max_new_tokens still to come: it starts at 0.7 x
 # --schedule-conservativeness, decays each step to a floor of 0.14 x it, and jumps up after a retraction.
 NEW_TOKEN_RATIO_INIT = 0.7
@@ -38,6 +39,7 @@ class Simulator:
         self._lock = threading.Lock()
         self._retract_acc = 0.0
         self._complete_acc = 0.0
+        self._fail_acc = 0.0      # failed access lines owed: a deterministic share, no random draw
         self._last_tick = 0
         self._ends = []
         t = 0.0
@@ -214,7 +216,17 @@ class Simulator:
         whole = int(self._complete_acc)
         self._complete_acc -= whole
         for _ in range(min(whole, MAX_ACCESS_PER_SECOND)):
-            out.append(w.access(when, port=rng.randint(32768, 60999)))
+            port = rng.randint(32768, 60999)
+            self._fail_acc += phase.error_ratio
+            if self._fail_acc >= 1.0 - 1e-9:
+                self._fail_acc -= 1.0
+                out.extend(w.request_error(when, port=port))
+            else:
+                out.append(w.access(when, port=port))
+        m.respond("/generate", "POST", 200, done * (1.0 - phase.error_ratio))
+        if phase.error_ratio:
+            m.respond(FAILING_PATH, "POST", 500, done * phase.error_ratio)
+        m.respond("/health", "GET", 200, HEALTH_CHECKS_PER_SECOND)
         m.requests += done
         m.prompt_tokens += done * phase.prompt_tokens
         m.cached_tokens += done * phase.prompt_tokens * phase.cache_hit_rate

@@ -118,6 +118,12 @@ class ServerState:
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
         self.queue_time = Histogram(QUEUE_TIME_BUCKETS)
+        # http_responses_total (0.5.23+): (endpoint, method, status_code) -> responses
+        self.responses: dict[tuple[str, str, str], float] = {}
+
+    def respond(self, endpoint: str, method: str, status: int, n: float) -> None:
+        key = (endpoint, method, str(status))
+        self.responses[key] = self.responses.get(key, 0.0) + n
 
 
 @cache
@@ -192,6 +198,13 @@ def families(fmt: str, state: ServerState, scheduler_labels, tokenizer_labels: d
             count_family = kind(name, doc, labels=list(lab))
             count_family.add_metric(list(lab.values()), float(round(getattr(state, attr))))
             out.append(count_family)
+    found = family_for("responses", fmt)     # the releases with http_responses_total: no rank labels
+    if found is not None and state.responses:
+        name, doc, _ = found
+        answered = CounterMetricFamily(name, doc, labels=["endpoint", "method", "status_code"])
+        for key, n in sorted(state.responses.items()):
+            answered.add_metric(list(key), float(round(n)))
+        out.append(answered)
     for value, attr in HISTOGRAMS.items():
         found = emitted(value)
         if found is not None:

@@ -15,6 +15,9 @@ GIB = 1024 ** 3
 # the last line of the traceback a `crash` event prints (an NCCL error in the scheduler, then sigquit)
 CRASH_CAUSE = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled "
                "system error (run with NCCL_DEBUG=INFO for details)")
+# what a failing request logs (OpenAI-compatible endpoints' handler, 0.4.9+, then answered 500)
+REQUEST_ERROR_CAUSE = "No user query found in messages."
+FAILING_PATH = "/v1/chat/completions"
 
 
 def _fmt_gb(x: float) -> str:
@@ -90,6 +93,20 @@ class LineWriter:
         reason = {200: "OK", 400: "Bad Request", 500: "Internal Server Error", 503: "Service Unavailable"}
         return self.prefix(when) + (f'INFO:     127.0.0.1:{port} - "{method} {path} HTTP/1.1" {status} '
                                     f"{reason.get(status, '')}").rstrip()
+
+    def request_error(self, when, *, port, cause=REQUEST_ERROR_CAUSE) -> list[str]:
+        """A request the server answers with a 500 and goes on serving: the handler's logger.exception (from
+        0.4.9; older families print only the access line) and uvicorn's access line."""
+        access = self.access(when, port=port, path=FAILING_PATH, status=500)
+        if self.family in ("0.3", "0.4.7"):
+            return [access]
+        pkg = "/usr/local/lib/python3.10/dist-packages/sglang/srt"
+        return [self.prefix(when) + f"Error in request: {cause}",
+                "Traceback (most recent call last):",
+                f'  File "{pkg}/entrypoints/openai/serving_base.py", line 110, in handle_request',
+                "    adapted_request, processed_request = self._convert_to_internal_request(",
+                f"ValueError: {cause}",
+                access]
 
     # ---- start-up block
     def server_args(self, when, args: dict) -> str:

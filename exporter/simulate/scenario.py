@@ -56,6 +56,7 @@ class Phase:
     events: list = field(default_factory=list)
     silent: bool = False
     scheduler_idle: bool = False              # silent: the scheduler idles (counts idle time) instead of hanging
+    error_ratio: float = 0.0                  # share of inference requests answered with a 500 (a request error)
 
 
 @dataclass
@@ -79,7 +80,7 @@ class Scenario:
 
 _PHASE_KEYS = {"duration", "queue", "running", "token_usage", "gen_throughput", "cuda_graph",
                "retractions_per_minute", "latency", "prompt_tokens", "cache_hit_rate", "spec_accept_length",
-               "pd_queue", "events", "silent", "scheduler_idle"}
+               "pd_queue", "events", "silent", "scheduler_idle", "error_ratio"}
 _TOP_KEYS = {"description", "profile", "format", "layout", "server_args", "startup", "phases"}
 
 
@@ -139,6 +140,9 @@ def _parse_phase(fname: str, i: int, raw) -> Phase:
     if raw.get("spec_accept_length") is not None:
         p.spec_accept_length = float(_check_value(fname, f"{where}.spec_accept_length", raw["spec_accept_length"],
                                                   lo=1, hi=16, allow_range=False))
+    if "error_ratio" in raw:
+        p.error_ratio = float(_check_value(fname, f"{where}.error_ratio", raw["error_ratio"], lo=0, hi=1,
+                                           allow_range=False))
     if "pd_queue" in raw:
         p.pd_queue = _check_value(fname, f"{where}.pd_queue", raw["pd_queue"], lo=0)
     if "latency" in raw:
