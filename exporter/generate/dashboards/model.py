@@ -23,6 +23,7 @@ class Target:
     expr: str
     legend: str = ""
     table: bool = False          # instant query, table format
+    reads: tuple = ()            # SGLang families read through a recording rule (the docs list them as read)
 
 
 @dataclass
