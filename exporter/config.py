@@ -81,6 +81,8 @@ class Config:
     poll_interval: float = 0.25
     evaluate_interval: float = 5.0
     web_config: str | None = None
+    # False: one series per family for the per-rank batch gauges (dp/tp/pp = "all") instead of one per rank
+    per_rank_series: bool = True
     signals: dict = field(default_factory=dict)   # signal id -> {param: value, "enabled": bool}
     alerts: AlertSettings = field(default_factory=AlertSettings)
 
@@ -127,6 +129,7 @@ _SCALARS = {
     "scrape_stale_after": (float, "SCRAPE_STALE_AFTER"),
     "max_line_bytes": (int, "MAX_LINE_BYTES"), "poll_interval": (float, "POLL_INTERVAL"),
     "evaluate_interval": (float, "EVALUATE_INTERVAL"), "web_config": (str, "WEB_CONFIG"),
+    "per_rank_series": (bool, "PER_RANK_SERIES"),
 }
 assert set(_SCALARS) | {"signals", "alerts"} == {f.name for f in fields(Config)}
 
