@@ -67,7 +67,7 @@ def wait_until(predicate, deadline_s: float, what: str):
         except OSError:
             pass
         time.sleep(0.2)
-    raise SystemExit(f"timed out waiting for {what}")
+    raise SystemExit(f"timed out waiting for {what}" + (f"; last: {last!r:.300}" if last is not None else ""))
 
 
 def capture(tp: int, dp: int, out: Path, per_rank: bool) -> dict:
@@ -93,8 +93,12 @@ def capture(tp: int, dp: int, out: Path, per_rank: bool) -> dict:
                                            "--listen", f"127.0.0.1:{side_port}"],
                                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             url = f"http://127.0.0.1:{side_port}/metrics"
-            text = wait_until(lambda: (t := get(url)) if 'signal="retraction_storm",severity="critical"} 1' in t
-                              and 'source="sglang_metrics"} 1' in t else None, 120, "the sidecar's verdict")
+
+            def judged():
+                text = get(url)
+                storm = 'signal_firing{severity="critical",signal="retraction_storm"} 1.0' in text
+                return text if storm and 'source_up{source="sglang_metrics"} 1.0' in text else None
+            text = wait_until(judged, 40, "the sidecar's verdict")
             (out / "sidecar.prom").write_text(text)
             (out / "sglang.prom").write_text(get(f"http://127.0.0.1:{sim_port}/metrics"))
         finally:
