@@ -21,18 +21,19 @@ from exporter.generate.dashboards.files import FOLDER, GRAFANA_PATH, configmap, 
 from exporter.generate.dashboards.grafana import DATASOURCE, dashboard_content
 from exporter.generate.dashboards.house import decorate
 from exporter.generate.dashboards.model import UNITS, DashboardSpec, Limits
+from exporter.generate.dashboards.fleet import fleet
 from exporter.generate.dashboards.overview import overview
 
 __all__ = ["DATASOURCE", "FOLDER", "GRAFANA_PATH", "UIDS", "UNITS", "build_dashboard", "build_dashboards", "check",
            "generate", "render", "sglang_metrics", "specs"]
 
-UIDS = ("sglang-overview", "sglang-detail")
+UIDS = ("sglang-overview", "sglang-detail")      # the per-server boards (their variables: namespace, host)
 
 
 def specs(config: Config) -> list[DashboardSpec]:
     """Every dashboard's panels, thresholds drawn from `config`."""
     limits = Limits(config)
-    return [overview(limits), detail(limits)]
+    return [overview(limits), detail(limits), fleet(limits)]
 
 
 def build_dashboards(config: Config) -> dict[str, dict]:

@@ -57,6 +57,7 @@ class DashboardSpec:
     title: str
     description: str
     panels: list[Panel]
+    variables: list | None = None     # Grafana template variables; None: the per-server boards' (grafana.py)
 
 
 def row(title: str) -> Panel:
