@@ -6,6 +6,7 @@ not declare fails at import-time tests, so the two cannot drift.
 from __future__ import annotations
 
 import platform
+import re
 from collections import Counter
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -35,6 +36,17 @@ def _rank_labels(key: tuple) -> list[str]:
 
 # An unprefixed log line comes from a server with one rank: SGLang's TP rank 0.
 SINGLE_RANK = "TP0"
+
+
+CAUSE_LABEL_CHARS = 120
+_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
+
+
+def cause_label(line: str) -> str:
+    """The cause line as a label value: numbers (sizes, addresses, line numbers, ranks) become `N` and the text
+    is cut at 120 characters, so one kind of failure is one series across servers and incidents instead of a
+    new one per traceback. The line as written is in /api/v1/signals, the status page and the report."""
+    return _NUMBERS.sub("N", line)[:CAUSE_LABEL_CHARS]
 
 
 def _fmt(value) -> str:
@@ -143,7 +155,7 @@ def families(view: View, errors: Counter | None = None, per_rank_series: bool = 
     def causes(fam):
         for sid, j in sorted(snap.judgements.items()):
             if j.firing and j.cause is not None:
-                fam.add_metric([sid, j.cause[0], j.cause[1][:200]], 1.0)
+                fam.add_metric([sid, j.cause[0], cause_label(j.cause[1])], 1.0)
     build(f"{NS}_failure_cause_info", causes)
 
     def advice(fam):

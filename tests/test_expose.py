@@ -212,3 +212,12 @@ def test_per_rank_series_off_keeps_one_series_per_server(tmp_path):
     assert _samples(on, "sglang_exporter_rank_gpu_headroom_bytes")
     assert not _samples(off, "sglang_exporter_rank_gpu_headroom_bytes")
     assert _samples(off, "sglang_exporter_signal_firing") == _samples(on, "sglang_exporter_signal_firing")
+
+
+def test_cause_label_keeps_one_series_per_kind_of_failure():
+    from exporter.expose import cause_label
+    a = cause_label("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has 79.15 GiB")
+    b = cause_label("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.50 GiB. GPU 3 has 1.06 GiB")
+    assert a == b == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate N GiB. GPU N has N GiB"
+    assert cause_label("RuntimeError at 0x7f3a2c " + "x" * 300) .startswith("RuntimeError at N x")
+    assert len(cause_label("E" * 300)) == 120
