@@ -105,7 +105,7 @@ def test_render_is_the_only_entry_point():
     for path in (ROOT / "exporter/generate/dashboards").glob("*.py"):
         source = path.read_text()
         assert "__main__" not in source and "argparse" not in source, path.name
-    assert set(gen.render(Config())) == {f"dashboards/{uid}.json" for uid in UIDS} | {
+    assert set(gen.render(Config())) == {f"dashboards/{uid}.json" for uid in gen.ALL_UIDS} | {
         "dashboards/provisioning/dashboards.yaml", "dashboards/provisioning/datasources.yaml",
         "dashboards/sglang-dashboards.configmap.yaml", "docs/dashboards.md"}
 
@@ -396,7 +396,7 @@ def test_configmap_for_the_grafana_sidecar():
     assert cm["kind"] == "ConfigMap" and cm["apiVersion"] == "v1"
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"]["grafana_folder"] == gen.FOLDER
-    assert sorted(cm["data"]) == sorted(f"{u}.json" for u in UIDS)
+    assert sorted(cm["data"]) == sorted(f"{u}.json" for u in gen.ALL_UIDS)
     for key, text in cm["data"].items():
         assert text == (ROOT / "dashboards" / key).read_text()
     # small enough for a plain `kubectl apply` (last-applied annotation limit 256 KiB)

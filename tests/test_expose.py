@@ -179,7 +179,7 @@ def test_per_rank_series_off_keeps_one_series_per_server(tmp_path):
     """`per_rank_series: false`: each per-rank batch gauge is one series (dp/tp/pp "all") holding what the
     dashboards fold the ranks into (sum over DP ranks of the largest TP rank, the fullest KV pool), and the
     per-rank headroom is left out; everything else is as with the switch on."""
-    from golden_exposition import LOG, T, Clock
+    from golden_exposition import LOG, Clock, T
     from prometheus_client import CollectorRegistry, generate_latest
 
     from exporter.config import Config

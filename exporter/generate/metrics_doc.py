@@ -86,7 +86,7 @@ def _series_budget() -> list[str]:
     out = ["", "## Series budget", "",
            f"What one sidecar costs Prometheus. Per signal ({n} signals in the catalog): "
            + ", ".join(f"`{name}`" for name in per_signal)
-           + f" carry at most one series per signal each (`signal_firing` none while unknown; the value families "
+           + " carry at most one series per signal each (`signal_firing` none while unknown; the value families "
            "split the signals between them by unit), about 100 series in all. Per rank: "
            + ", ".join(f"`{name}`" for name in per_rank)
            + " one series per rank that prints batch lines (one per DP rank: TP/PP ranks of a DP rank print the "

@@ -4,8 +4,8 @@ from __future__ import annotations
 from exporter.config import Config
 from exporter.generate.promql import fmt_duration
 from exporter.generate.promtool_common import interval
-from exporter.generate.promtool_fleet import latency_recording_tests, server_recording_tests
 from exporter.generate.promtool_exporter import meta_tests, recording_tests_exporter, signal_test
+from exporter.generate.promtool_fleet import latency_recording_tests, server_recording_tests
 from exporter.generate.promtool_identity import identity_tests
 from exporter.generate.promtool_native import native_tests, recording_tests_native
 from exporter.generate.rules import EXPORTER_RULES, HEADER, NATIVE_RULES, all_alerts, dump

@@ -4,7 +4,7 @@ StatefulSet (identical namespace, pod and address), so a roll-up that forgets `c
 from __future__ import annotations
 
 from exporter.catalog_native import native_metric_names
-from exporter.generate.promql import fmt_duration, num, parse_duration
+from exporter.generate.promql import fmt_duration, parse_duration
 from exporter.generate.promtool_common import (
     POD_A,
     POD_B,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from exporter import releases
 from exporter.catalog_native import family_span, native_metric_names
-from exporter.generate.dashboards.model import Limits, Target, num
+from exporter.generate.dashboards.model import Limits, Target
 from exporter.generate.rules import quantile_record
 from exporter.generate.settings import RuleSettings
 
