@@ -280,6 +280,8 @@ def _suggest(flag, adv: Advice, current, server_args, memory_config, headroom, t
     if flag == "--cuda-graph-max-bs" and adv.action == "increase":
         base = cur if cur is not None else 160
         return next((s for s in _GRAPH_BS_STEPS if s > base), int(base * 2))
+    if flag == "--hicache-ratio" and adv.action == "increase":     # host pool size over the device pool's
+        return round(cur * 1.5, 1) if cur is not None else 3.0        # (SGLang's default 2.0)
     if flag == "--chunked-prefill-size":
         if adv.action == "decrease":
             return 2048 if cur is not None and cur <= 4096 else 4096

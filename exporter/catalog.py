@@ -7,7 +7,7 @@ dashboards, runbooks and docs/metrics.md; tests read it to know what must exist.
 everything downstream follows (after `sglang-exporter generate`). Its parts, one job each:
 
 - `catalog_model`: the records (Signal, Advice, AlertSpec, MetaAlert), profiles, severities, the namespace;
-- `catalog_signals`, `catalog_tuning`, `catalog_failures`: the signals;
+- `catalog_signals`, `catalog_tuning`, `catalog_failures`, `catalog_serving`: the signals;
 - `catalog_meta`: the alerts on the monitoring itself;
 - `catalog_metrics`: our own /metrics, with each name's lifecycle;
 - `catalog_native`: SGLang's /metrics per release, with its renames;
@@ -15,6 +15,7 @@ everything downstream follows (after `sglang-exporter generate`). Its parts, one
 """
 from __future__ import annotations
 
+from exporter.catalog_errors import ERROR_SIGNALS
 from exporter.catalog_failures import FAILURE_SIGNALS
 from exporter.catalog_meta import META_ALERTS  # noqa: F401 - re-exported
 from exporter.catalog_metrics import (  # noqa: F401 - re-exported
@@ -48,10 +49,12 @@ from exporter.catalog_ranges import (  # noqa: F401 - re-exported
     SECONDS_MAX,
     VALUE_RANGES,
 )
+from exporter.catalog_serving import SERVING_SIGNALS
 from exporter.catalog_signals import CORE_SIGNALS
 from exporter.catalog_tuning import TUNING_SIGNALS
 
-SIGNALS: tuple[Signal, ...] = CORE_SIGNALS + TUNING_SIGNALS + FAILURE_SIGNALS
+SIGNALS: tuple[Signal, ...] = (CORE_SIGNALS + TUNING_SIGNALS + ERROR_SIGNALS + FAILURE_SIGNALS
+                              + SERVING_SIGNALS)
 SIGNALS_BY_ID = {s.id: s for s in SIGNALS}
 FAILURE_IDS = tuple(s.id for s in SIGNALS if s.failure)
 

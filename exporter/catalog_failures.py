@@ -42,22 +42,29 @@ FAILURE_SIGNALS: tuple[Signal, ...] = (
     Signal(
         id="server_crashed",
         title="Server crashed",
-        meaning="An SGLang process failed: a scheduler or other process hit an exception, a child process "
-                "was killed (`Received sigquit`, `Subprocess ... crashed`), initialisation failed, the health "
-                "check failed or NCCL timed out. It stays firing until a later ready line proves a restart.",
+        meaning="An SGLang process or scheduler loop died: a scheduler or other process hit an exception, a "
+                "child process was killed (`Received sigquit`, `Subprocess ... crashed`), initialisation failed "
+                "or NCCL timed out. A bare traceback or a failed health check counts only once a death is "
+                "confirmed: no batch line for `resume_seconds` after it, a line above, or a new start-up. A "
+                "request that failed while the server kept serving (`Error in request: ...`, answered 500) is "
+                "not a crash: it counts in `error_rate`. It ends at the next ready line, or when batch lines go "
+                "on `resume_seconds` after the last failure line; a failure of a later start-up is a new crash "
+                "with its own cause (a new notification).",
         impact="The server does not serve: every request fails until it is restarted. Pages.",
         severity="critical",
         inputs=("scheduler_exception", "traceback", "sigquit", "subprocess_crash", "init_failed",
                 "health_check_failed", "nccl_timeout", "server_ready"),
-        formula="a failure event since the last server_ready line (events since `min_events`); the cause is "
-                "the last exception line of the traceback",
+        formula="a failure event since the last server_ready line (events since `min_events`), not followed "
+                "by batch lines `resume_seconds` after the last one; a bare traceback or failed health check "
+                "only when no batch line came in the `resume_seconds` after it (or a death line or a start-up "
+                "followed); the cause is the last exception line of the traceback",
         value_unit="count",
         window_seconds=0,
-        defaults={"min_events": 1},
+        defaults={"min_events": 1, "resume_seconds": 30},
         profiles={},
         advice=(),
         alert=AlertSpec("SGLangServerCrashed", "0m", "An SGLang server process crashed.",
-                        "{{ $labels.instance }}: SGLang failed and has not become ready since. " + _CAUSE,
+                        "{{ $labels.instance }}: SGLang failed and has not served since. " + _CAUSE,
                         page=True),
         guide="(Not in the guide) a crashed scheduler takes the whole server down.",
         failure=True,

@@ -29,6 +29,9 @@ class NativeValue:
     replaced_by: dict = field(default_factory=dict)
     # a gauge SGLang sets once per process (the series carry a `pid` label): the scraper sums them
     per_process: bool = False
+    # a gauge whose series a label splits (startup_time_seconds{phase}): the scraper keeps every series
+    # (ScrapeResult.gauge_series) besides the per-rank value
+    per_series: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,8 +108,12 @@ NATIVE_VALUES: tuple[NativeValue, ...] = (
     # sglang:cuda_graph_passes_total{mode=decode_cuda_graph|decode_none|prefill_...} (0.5.7+), split by mode
     NativeValue("decode_graph_passes", "counter", ("cuda_graph_passes",), "decode forward passes run as a CUDA graph"),
     NativeValue("decode_eager_passes", "counter", ("cuda_graph_passes",), "decode forward passes run without one"),
-    NativeValue("transfer_failed", "counter", ("num_transfer_failed_reqs", "num_bootstrap_failed_reqs"),
-                "PD: KV transfers or bootstraps that failed"),
+    # sglang:http_responses_total{endpoint,method,status_code} (0.5.23+), inference (POST) responses only
+    NativeValue("responses", "counter", ("http_responses",), "HTTP responses to inference (POST) requests"),
+    NativeValue("responses_5xx", "counter", ("http_responses",), "of them, the 5xx (server error) responses"),
+    NativeValue("aborted_requests", "counter", ("num_aborted_requests",), "requests aborted (client gone, "
+                "aborted by the server or an abort call)"),
+    NativeValue("transfer_failed", "counter", ("num_transfer_failed_reqs",), "PD: KV transfers that failed"),
     # histograms (buckets summed over series)
     NativeValue("ttft", "histogram", ("time_to_first_token_seconds",), "time to first token"),
     NativeValue("itl", "histogram", ("inter_token_latency_seconds", "time_per_output_token_seconds"),
@@ -117,6 +124,30 @@ NATIVE_VALUES: tuple[NativeValue, ...] = (
                 "time requests wait in the queue (queue_time_s in 0.5.2)",
                 replaced_by={"queue_time_s": "queue_time_seconds"}),
 )
+# the serving signals' inputs (catalog_serving): failures and waste the scheduler counts itself
+SERVING_VALUES: tuple[NativeValue, ...] = (
+    NativeValue("idle_seconds", "counter", ("scheduler_idle_seconds",),
+                "seconds a scheduler had no runnable or queued work (per scheduler)"),
+    NativeValue("bootstrap_failed", "counter", ("num_bootstrap_failed_reqs",), "PD: bootstraps that failed"),
+    NativeValue("prefill_retries", "counter", ("num_prefill_retries",), "PD: prefills retried"),
+    NativeValue("kv_transfer_latency", "histogram", ("kv_transfer_latency_ms",),
+                "PD: KV transfer latency, ms (a histogram from 0.5.10; a last-value gauge before)"),
+    NativeValue("effective_tokens", "counter", ("prefill_effective_tokens",),
+                "prefill tokens by mode: input (computed) and device_hit/host_hit/storage_hit (served by a tier)"),
+    NativeValue("hicache_dropped", "counter", ("hicache_dropped_tokens",),
+                "HiCache: device KV tokens destroyed without a host backup"),
+    NativeValue("hicache_backup", "counter", ("hicache_backup_tokens",), "HiCache: tokens backed up to host memory"),
+    NativeValue("dp_imbalance", "histogram", ("dp_attention_token_imbalance_ratio",),
+                "DP attention: per step, max over mean tokens across the DP ranks (1 = balanced)"),
+    NativeValue("dp_tokens", "counter", ("dp_attention_tokens",),
+                "DP attention: tokens per DP rank (kind=scheduled: run there; kind=imbalance: the busiest's excess)"),
+    NativeValue("startup_seconds", "gauge", ("startup_time_seconds", "engine_startup_time"),
+                "start-up duration, s (per phase from 0.5.17; one value before)", per_series=True,
+                replaced_by={"engine_startup_time": "startup_time_seconds"}),
+    NativeValue("weight_update_seconds", "gauge", ("weight_load_duration_seconds",),
+                "the latest update_weights_from_<source> call's wall time, s (per rank and source)", per_series=True),
+)
+NATIVE_VALUES = NATIVE_VALUES + SERVING_VALUES
 NATIVE_BY_NAME = {v.name: v for v in NATIVE_VALUES}
 RETRACTION_VALUES = ("retracted_requests", "retracted_gauge")
 
@@ -147,11 +178,23 @@ SIGNAL_METRICS: dict[str, tuple | None] = {
     "pd_backlog": (("prefill_bootstrap_queue", "prefill_prealloc_queue", "prefill_inflight_queue",
                     "decode_prealloc_queue", "decode_transfer_queue"),),
     "long_prompts_dominate": None,   # a batch's #new-token and chunked_prefill_size are in the log only
+    "error_rate": (("responses", "aborted_requests"),),
+    "errors_nearly_all": (("responses", "aborted_requests"),),
+    # the serving signals (catalog_serving)
+    "admission_blocked": (("queue",),),      # the cap: server_args or the signal's max_queued_requests
+    "scheduler_idle_waiting": (("idle_seconds",), ("queue",)),
+    "pd_transfer_failures": (("transfer_failed", "bootstrap_failed", "prefill_retries"),),
+    "hicache_tokens_dropped": (("hicache_dropped",), ("effective_tokens", "hicache_backup")),
+    "dp_attention_imbalance": (("dp_imbalance", "dp_tokens"),),
+    "startup_regression": (("startup_seconds", "weight_update_seconds"),),
 }
 PD_QUEUES: tuple = SIGNAL_METRICS["pd_backlog"][0]  # type: ignore[index]  # (written just above)
 # Signals no log line can feed: with logs as the only source they are unknown and unsupported. (Latency and
 # queue wait are request timings; evictable tokens and paused requests are not in any batch line.)
-METRICS_ONLY = frozenset(("latency_high", "queue_wait_high", "kv_pressure"))
+METRICS_ONLY = frozenset(("latency_high", "queue_wait_high", "kv_pressure",
+                          # the scheduler's idle clock, PD failures, HiCache drops, DP tokens: no log line has them
+                          "scheduler_idle_waiting", "pd_transfer_failures", "hicache_tokens_dropped",
+                          "dp_attention_imbalance"))
 
 
 def native_metric_names(value: str) -> tuple[str, ...]:
@@ -193,10 +236,16 @@ def native_family(short: str) -> NativeFamily:
     raise KeyError(f"{short}: not an SGLang family the catalog reads (exporter/catalog_native.py)")
 
 
-# Values fed by only some series of a family: value -> (label, test of its value)
+# Values fed by only some series of a family: value -> test of a series' labels
 SERIES_FILTERS = {
-    "decode_graph_passes": ("mode", lambda m: m.startswith("decode") and "cuda_graph" in m),
-    "decode_eager_passes": ("mode", lambda m: m.startswith("decode") and "cuda_graph" not in m),
+    "decode_graph_passes": lambda labels: labels.get("mode", "").startswith("decode") and
+    "cuda_graph" in labels.get("mode", ""),
+    "decode_eager_passes": lambda labels: labels.get("mode", "").startswith("decode") and
+    "cuda_graph" not in labels.get("mode", ""),
+    # health checks and /metrics are GETs: a share of them would hide failing inference requests
+    "responses": lambda labels: labels.get("method", "POST") == "POST",
+    "responses_5xx": lambda labels: labels.get("method", "POST") == "POST" and
+    labels.get("status_code", "").startswith("5"),
 }
 
 

@@ -26,8 +26,13 @@ VALUE_RANGES: dict[str, tuple[float, float]] = {
     **dict.fromkeys(("paused", "used_tokens", "kv_used_tokens", "kv_available_tokens", "kv_evictable_tokens",
                      "max_total_num_tokens", "retracted_gauge", "prefill_bootstrap_queue", "prefill_prealloc_queue",
                      "prefill_inflight_queue", "decode_prealloc_queue", "decode_transfer_queue"), (0.0, COUNT_MAX)),
-    **dict.fromkeys(("cached_tokens", "requests", "transfer_failed", "decode_graph_passes", "decode_eager_passes"),
+    **dict.fromkeys(("cached_tokens", "requests", "transfer_failed", "decode_graph_passes", "decode_eager_passes",
+                     "responses", "responses_5xx", "aborted_requests"),
                     (0.0, COUNTER_MAX)),
+    # the serving signals' (catalog_native.SERVING_VALUES)
+    **dict.fromkeys(("idle_seconds", "bootstrap_failed", "prefill_retries", "effective_tokens", "hicache_dropped",
+                     "hicache_backup", "dp_tokens"), (0.0, COUNTER_MAX)),
+    **dict.fromkeys(("startup_seconds", "weight_update_seconds"), (0.0, 1e7)),
     **dict.fromkeys(("headroom_gb", "weight_memory_gb", "kv_cache_memory_gb"), (0.0, float(2 ** 20))),  # GiB
     "new_token_ratio": (0.0, 10.0),
     "spec_accept_length": (0.0, 1e4),

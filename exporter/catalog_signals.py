@@ -269,15 +269,29 @@ CORE_SIGNALS: tuple[Signal, ...] = (
         id="stalled",
         title="Stalled",
         meaning="Requests are pending but the server has printed no batch progress for too long, or its "
-                "watchdog fired.",
-        impact="Requests hang; /health may still answer. Pages.",
+                "watchdog fired. Pending means still there: clients that disconnect after the last batch line "
+                "(`Request is disconnected from the client side ... Abort request`, `[http_server] Client "
+                "disconnected`) take their queued requests with them, so the queue that line showed no longer "
+                "counts (an offline job whose client was killed leaves an idle server, not a stalled one); with "
+                "/metrics scraped, SGLang's own queue gauge counts instead of the last batch line's.",
+        impact="Requests hang; /health may still answer. Pages. How fast: with requests waiting at the last "
+               "batch line, `stall_seconds` (60 s) plus the alert's `for:` (1 min) plus a scrape and an "
+               "evaluation: about 2 min. When the last batch line said `#queue-req: 0`, nothing the log or "
+               "/metrics shows says work is pending, even while the access log shows new requests (uvicorn logs "
+               "a streaming request when its headers go out, before any token; a hung scheduler updates no "
+               "gauge): the page waits for SGLang's own watchdog (`--watchdog-timeout`, 300 s by default). Its "
+               "timeout line fires this signal (paging after `for:`, about 6 min) and SGLang then kills itself "
+               "(`SIGQUIT received`), which pages `SGLangServerCrashed` (`for: 0m`) first: about 5.1 min after "
+               "the hang (300 s plus the evaluation and scrape intervals). A lower `--watchdog-timeout` pages "
+               "sooner.",
         severity="critical",
-        inputs=("decode_batch", "prefill_batch", "watchdog_timeout", "sglang:num_running_reqs",
+        inputs=("decode_batch", "prefill_batch", "watchdog_timeout", "request_error", "sglang:num_running_reqs",
                 "sglang:num_queue_reqs", "sglang:gen_throughput"),
         formula="seconds since the last progress > `stall_seconds` while requests wait (logs: the waiting "
                 "queue of the last batch line > 0, since a decode line prints only every 40 steps and its "
-                "running count may already have finished; /metrics: queue + running > 0 with no token "
-                "counter advancing), or a watchdog timeout in the window",
+                "running count may already have finished, unless a client disconnect came after that line, "
+                "and SGLang's scraped queue gauge instead when /metrics is scraped too; /metrics alone: queue "
+                "+ running > 0 with no token counter advancing), or a watchdog timeout in the window",
         value_unit="seconds",
         window_seconds=300,
         defaults={"stall_seconds": 60},

@@ -185,7 +185,8 @@ def cmd_check_config(args) -> int:
     load_web_config(cfg.web_config)
     params = cfg.signal_params()
     active = [sid for sid, p in params.items() if p]
-    print(f"{args.file}: ok (profile {cfg.profile}; {len(active)} signals active; "
+    objectives = ", ".join(cfg.slo) or "none"
+    print(f"{args.file}: ok (profile {cfg.profile}; {len(active)} signals active; objectives: {objectives}; "
           f"logs: {', '.join(cfg.log_files) or 'none'}; sglang_url: {cfg.sglang_url or 'none'})")
     return EXIT_OK
 
@@ -396,8 +397,8 @@ def build_parser(command: str | None = None) -> _Parser:
     s = command_parser("generate", "regenerate alerts, runbooks, dashboards, manifests and docs from the "
                        "signal catalog")
     s.add_argument("--check", action="store_true", help="write nothing; exit 1 and name the stale files")
-    s.add_argument("--config", metavar="FILE", help="YAML config file (its `signals:` thresholds and `alerts:` "
-                   "settings; default: the built-in defaults the committed files use)")
+    s.add_argument("--config", metavar="FILE", help="YAML config file (its `signals:` thresholds, `slo:` "
+                   "objectives and `alerts:` settings; default: the built-in defaults the committed files use)")
     s.add_argument("--out", metavar="DIR", help="root to write under (default: this checkout)")
     s.set_defaults(func=cmd_generate)
 
@@ -427,6 +428,8 @@ def build_parser(command: str | None = None) -> _Parser:
     s.add_argument("--speed", type=float, default=10.0, metavar="X", help="simulated seconds per wall-clock second")
     s.add_argument("--duration", type=float, default=None, metavar="WALL_SECONDS",
                    help="stop after this many wall-clock seconds (default: run until Ctrl-C)")
+    s.add_argument("--profile", choices=list(PROFILES), default=None,
+                   help=f"workload profile the sidecar judges by (default: the scenario's own, else {DEFAULT_PROFILE})")
     s.set_defaults(func=cmd_demo)
     return p
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlparse
 
-from exporter import catalog
+from exporter import catalog, catalog_slo
 from exporter.catalog import DEFAULT_PROFILE, PROFILES, RUNBOOK_BASE
 
 DEFAULT_PORT = 10060
@@ -84,6 +84,8 @@ class Config:
     # False: one series per family for the per-rank batch gauges (dp/tp/pp = "all") instead of one per rank
     per_rank_series: bool = True
     signals: dict = field(default_factory=dict)   # signal id -> {param: value, "enabled": bool}
+    # objective kind (catalog_slo.KINDS) -> {"target": 0-1, "threshold_seconds": bucket bound (latency kinds)}
+    slo: dict = field(default_factory=dict)
     alerts: AlertSettings = field(default_factory=AlertSettings)
 
     def signal_params(self) -> dict[str, dict | None]:
@@ -116,6 +118,9 @@ def default_alert_for() -> dict:
     """Every alert's `for:` from the catalog (signal and meta alerts; native alerts use their signal's)."""
     out = {s.alert.name: s.alert.for_ for s in catalog.SIGNALS if s.alert}
     out.update({m.alert.name: m.alert.for_ for m in catalog.META_ALERTS})
+    for kind in catalog_slo.KINDS:
+        page, ticket = catalog_slo.alert_names(kind)
+        out.update({page: catalog_slo.PAGE_FOR, ticket: catalog_slo.TICKET_FOR})
     return out
 
 
@@ -131,7 +136,7 @@ _SCALARS = {
     "evaluate_interval": (float, "EVALUATE_INTERVAL"), "web_config": (str, "WEB_CONFIG"),
     "per_rank_series": (bool, "PER_RANK_SERIES"),
 }
-assert set(_SCALARS) | {"signals", "alerts"} == {f.name for f in fields(Config)}
+assert set(_SCALARS) | {"signals", "slo", "alerts"} == {f.name for f in fields(Config)}
 
 # `alerts:` keys -> kind; `for` is spelt as in a rule file (the field is alert_for)
 _ALERT_KEYS = {
@@ -287,12 +292,14 @@ def _load_file(path: str, problems: _Problems | None = None) -> tuple[dict, dict
         try:
             if key == "signals":
                 out["signals"] = _signals(value, problems)
+            elif key == "slo":
+                out["slo"] = _slo(value, problems)
             elif key == "alerts":
                 out["alerts"] = _alerts(value, problems)
             elif key in _SCALARS:
                 out[key] = _coerce(key, value, problems.where(key))
             else:
-                known = ", ".join(sorted([*_SCALARS, "signals", "alerts"]))
+                known = ", ".join(sorted([*_SCALARS, "signals", "slo", "alerts"]))
                 raise ConfigError(f"{problems.where(key)}: unknown setting (known: {known})")
         except ConfigError as exc:
             problems.add(exc)
@@ -329,6 +336,64 @@ def _signals(value, problems: _Problems) -> dict:
                 continue
             clean[param] = v
         out[sid] = clean
+    return out
+
+
+def _slo(value, problems: _Problems) -> dict:
+    """`slo:` kind -> {target, threshold_seconds, custom_buckets}; every mistake named by file, line and key."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{problems.where('slo')}: expected a mapping of objective to its target "
+                          f"(known: {', '.join(catalog_slo.KINDS_BY_ID)})")
+    out = {}
+    for kind_id, spec in value.items():
+        kind = catalog_slo.KINDS_BY_ID.get(kind_id)
+        if kind is None:
+            problems.add(ConfigError(f"{problems.where('slo', kind_id)}: unknown objective "
+                                     f"(known: {', '.join(catalog_slo.KINDS_BY_ID)})"))
+            continue
+        known = ("target", "threshold_seconds", "custom_buckets") if kind.latency else ("target",)
+        if not isinstance(spec, dict):
+            problems.add(ConfigError(f"{problems.where('slo', kind_id)}: expected a mapping of "
+                                     f"{', '.join(known)}"))
+            continue
+        clean, ok = {}, True
+        for key, v in spec.items():
+            where = problems.where("slo", kind_id, key)
+            if key not in known:
+                problems.add(ConfigError(f"{where}: unknown key (known: {', '.join(known)})"))
+                ok = False
+            elif key == "custom_buckets":
+                if not isinstance(v, bool):
+                    problems.add(ConfigError(f"{where}: expected true or false, got {v!r}"))
+                    ok = False
+                clean[key] = v
+            elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                problems.add(ConfigError(f"{where}: expected a number, got {v!r}"))
+                ok = False
+            elif key == "target" and not 0 < v < 1:
+                problems.add(ConfigError(f"{where}: expected the share of good events between 0 and 1 "
+                                         f"(e.g. 0.99 for 99 %), got {v!r}"))
+                ok = False
+            elif key == "threshold_seconds" and v <= 0:
+                problems.add(ConfigError(f"{where}: must be positive, got {v!r}"))
+                ok = False
+            else:
+                clean[key] = float(v)
+        for key in ("target", "threshold_seconds") if kind.latency else ("target",):
+            if key not in spec:
+                problems.add(ConfigError(f"{problems.where('slo', kind_id)}: missing {key}"))
+                ok = False
+        threshold = clean.get("threshold_seconds")
+        bounds = catalog_slo.DEFAULT_BUCKETS.get(kind_id, ())
+        if ok and kind.latency and not clean.get("custom_buckets") and threshold not in bounds:
+            problems.add(ConfigError(
+                f"{problems.where('slo', kind_id, 'threshold_seconds')}: {threshold:g} s is not a bucket bound of "
+                f"SGLang's {kind.title} histogram, so no bucket counts the requests under it (bounds: "
+                f"{', '.join(f'{b:g}' for b in bounds)}); pick one, or set custom_buckets: true if your server "
+                "sets its own buckets with this bound"))
+            ok = False
+        if ok:
+            out[kind_id] = clean
     return out
 
 

@@ -18,6 +18,7 @@ import threading
 import time
 
 from exporter.analyze_text import advice_phrase
+from exporter.catalog import DEFAULT_PROFILE
 from exporter.config import DEFAULT_PORT, Config, cannot_listen, split_host_port
 from exporter.logging_setup import configure as configure_logging
 from exporter.server import make_server, serve_in_thread
@@ -76,7 +77,9 @@ def _run(args, scenario: Scenario, story_seconds: float, workdir: str, listen: s
                                    "stop_event": stop})
     sim.start()
     host, port = split_host_port(listen, "--listen")
-    cfg = Config(log_files=(log_path,), from_start=True, sglang_url=f"http://127.0.0.1:{sim_port}",
+    # the scenario's own workload profile: a healthy offline job would read as queue trouble judged online
+    profile = args.profile or scenario.profile or DEFAULT_PROFILE
+    cfg = Config(profile=profile, log_files=(log_path,), from_start=True, sglang_url=f"http://127.0.0.1:{sim_port}",
                  listen=listen, scrape_interval=2.0, scrape_timeout=1.0, poll_interval=0.2,
                  evaluate_interval=1.0)
     sidecar = Sidecar(cfg)

@@ -2,6 +2,13 @@
 start-up stage it hit, whether the current start-up became ready, and a tally (count, first, last) of the
 events a person reading a failing log looks for first.
 
+A crash is a process or scheduler loop that died, shown by evidence: a "<X> hit an exception" traceback, a
+sigquit, a child's exit, an NCCL watchdog kill, failed initialisation; a bare traceback or a failed health check
+only when no batch line follows it (WEAK_KINDS), or a new start-up does. A request SGLang answered with an error
+and kept serving is not one (the grammar's `request_error`, counted by state/errors.py). A crash is over at the
+next ready line or when batch lines go on after its last failure line; a failure of a later start-up is a new
+crash with its own cause, so each incident is its own alert.
+
 ServerState owns one FailureTracker and hands it the events it needs; the failure signals (signals.py) read it.
 Like the state, it never reads a clock.
 """
@@ -24,6 +31,13 @@ _NEXT_STAGE = {("load_weight", "begin"): "weights", ("load_weight", "end"): "kv_
 STAGE_KINDS = frozenset(k for k, _ in _NEXT_STAGE)
 CRASH_KINDS = frozenset(("scheduler_exception", "traceback", "sigquit", "subprocess_crash", "init_failed",
                          "health_check_failed", "nccl_timeout"))
+# Failure lines that do not prove a death by themselves: a bare traceback (whose process? a library may print
+# one and carry on) and a health check that timed out (a long prefill can hold the detokenizer that long). They
+# count as a crash only once confirmed: no batch line for `resume_seconds` after them, or a line that proves
+# a death (the other CRASH_KINDS), or a new start-up.
+WEAK_KINDS = frozenset(("traceback", "health_check_failed"))
+# causes no request path of SGLang's handles: a bare traceback ending in one is a death by itself
+_FATAL_CLASSES = frozenset(("cuda_oom", "nccl"))
 # The counts every report lists (kind -> its name there).
 TALLIED = ("retractions", "ooms", "exceptions", "watchdog_timeouts", "restarts")
 
@@ -96,7 +110,10 @@ class FailureTracker:
 
     def __init__(self):
         self.crash: Failure | None = None         # the failure whose cause explains the crash
-        self.crash_events = 0                     # failure events since the last ready line
+        self.crash_events = 0                     # failure events of this crash
+        self.crash_last_t: float | None = None    # the time of its latest failure event
+        self.confirmed = False                    # a death is proven (see WEAK_KINDS)
+        self.restarted = False                    # a start-up began after it: its own failures are a new crash
         self.startup_oom: Failure | None = None
         self.startup_oom_events = 0
         self.startup_oom_stage: str | None = None
@@ -115,7 +132,11 @@ class FailureTracker:
 
     # ------------------------------------------------------------------ events
     def start(self) -> None:
-        """A start-up line opened a new epoch (SGLang started again): a new start-up is under way."""
+        """A start-up line opened a new epoch (SGLang started again): a new start-up is under way. A crash
+        before it stays until the ready line (it is what the restart recovers from), proven by the restart; a
+        failure of the new start-up is another crash (its own cause, its own page)."""
+        if self.crash is not None:
+            self.confirmed = self.restarted = True
         self.ready = False
         self.stage = "unknown"
         self.args_t = None
@@ -129,17 +150,35 @@ class FailureTracker:
         self.ready = True
         self.args_t = None
         self.stage = "unknown"
-        self.crash, self.crash_events = None, 0
+        self.end_crash()
         self.startup_oom, self.startup_oom_events, self.startup_oom_stage = None, 0, None
+
+    def end_crash(self) -> None:
+        self.crash, self.crash_events, self.crash_last_t = None, 0, None
+        self.confirmed = self.restarted = False
+
+    def resumed(self, last_batch_t: float | None, resume_seconds: float) -> bool:
+        """Batch lines went on `resume_seconds` after the crash's last failure line: the scheduler loop lives,
+        so the crash is over (or never was: a failure the server survived)."""
+        return self.crash_last_t is not None and last_batch_t is not None and \
+            last_batch_t >= self.crash_last_t + resume_seconds
 
     def stage_event(self, kind: str, f: dict) -> None:
         nxt = _NEXT_STAGE.get((kind, f.get("phase") if kind in ("load_weight", "graph_capture") else None))
         if nxt is not None and not self.ready:
             self.stage = nxt
 
-    def failure(self, kind: str, f: dict, now: float, line: int | None) -> None:
+    def failure(self, kind: str, f: dict, now: float, line: int | None, last_batch_t: float | None = None,
+                resume_seconds: float = 30.0) -> None:
+        """A failure line. It belongs to the crash under way unless that one is over: batches resumed after it,
+        or a new start-up began since (then this one is a new crash, a new incident)."""
+        if self.crash is not None and (self.restarted or self.resumed(last_batch_t, resume_seconds)):
+            self.end_crash()
         cause, cls = _cause_of(kind, f)
         self.crash_events += 1
+        self.crash_last_t = now
+        if kind not in WEAK_KINDS or cls in _FATAL_CLASSES:
+            self.confirmed = True
         if kind in ("scheduler_exception", "traceback", "init_failed"):
             self.count("exceptions", now)
         # the first failure is the cause; a later one replaces it only when it says more (a sigquit or a

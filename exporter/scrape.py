@@ -35,6 +35,8 @@ for _v in NATIVE_VALUES:
         _BY_FAMILY.setdefault(_f, []).append((_v.name, _v.kind, _v.families.index(_f)))
 _COUNTERS = tuple(v.name for v in NATIVE_VALUES if v.kind == "counter")
 _SUMMED_GAUGES = frozenset(v.name for v in NATIVE_VALUES if v.per_process)   # one series per pid: they add up
+_SERIES_GAUGES = frozenset(v.name for v in NATIVE_VALUES if v.per_series)    # a label splits them: keep each
+MAX_GAUGE_SERIES = 64  # series kept per split gauge (phases, sources)
 MAX_SEEN = 512         # SGLang family names kept per scrape (to tell the release's families; bounded)
 HISTOGRAMS = tuple(f for v in NATIVE_VALUES if v.kind == "histogram" for f in v.families)
 REJECT_REASONS = ("non_finite", "out_of_range", "bad_le", "too_many_series")
@@ -56,6 +58,7 @@ class ScrapeResult:
     ranks: dict = field(default_factory=dict)        # (dp, tp, pp) -> {gauge value name: value}
     counters: dict = field(default_factory=dict)     # our name -> summed value
     counter_series: dict = field(default_factory=dict)   # our name -> {series labels: value}, for resets
+    gauge_series: dict = field(default_factory=dict)     # our name -> {series labels: value}, split gauges
     histograms: dict = field(default_factory=dict)   # SGLang name w/o prefix -> {le: cumulative count}
     model: str = ""
     max_running_requests: int | None = None
@@ -223,6 +226,10 @@ def _read_family(fold: _Fold, fam, short: str, ours: str, kind: str, rank: int) 
                 continue
             if not _believable(res, ours, s.value):
                 continue
+            if ours in _SERIES_GAUGES:
+                split = res.gauge_series.setdefault(ours, {})
+                if len(split) < MAX_GAUGE_SERIES:
+                    split[tuple(sorted(s.labels.items()))] = s.value
             rank_key = _rank(s.labels)
             vals = res.ranks.get(rank_key)
             if vals is None:
@@ -259,11 +266,11 @@ def _read_family(fold: _Fold, fam, short: str, ours: str, kind: str, rank: int) 
                 res.histograms.pop(short)
     else:
         series: dict | None = {}
-        label, wanted = SERIES_FILTERS.get(ours, (None, None))
+        wanted = SERIES_FILTERS.get(ours)
         for s in fam.samples:
             if s.name.endswith("_created") or s.labels.get("priority"):
                 continue
-            if label is not None and wanted is not None and not wanted(s.labels.get(label, "")):
+            if wanted is not None and not wanted(s.labels):
                 continue
             if not _believable(res, ours, s.value):
                 series = None
@@ -273,7 +280,7 @@ def _read_family(fold: _Fold, fam, short: str, ours: str, kind: str, rank: int) 
         key = f"{ours}:{rank}"
         if series is None:
             fold.counters[key] = None
-        elif series or (label is None and key not in fold.counters):
+        elif series or (wanted is None and key not in fold.counters):
             kept = fold.counters.setdefault(key, {})
             if kept is not None:
                 for k, v in series.items():

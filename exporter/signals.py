@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields
 from exporter.catalog import SIGNALS, SIGNALS_BY_ID
 from exporter.catalog_native import METRICS_ONLY, missing_metrics
 from exporter.failures import STAGE_TEXT
+from exporter.signals_errors import ERROR_JUDGES
+from exporter.signals_serving import SERVING_JUDGES
 from exporter.signals_tuning import STARTUP_NOT_SEEN, TUNING_JUDGES
 from exporter.state import ServerState
 
@@ -284,16 +286,29 @@ def _stalled(state, p, sources, now, window):
             return True, None, ("{} watchdog timeouts", dogs)
         return None, None, "no progress seen yet"
     age = max(0.0, now - state.last_progress_t)
+    drained = False
     if state.log_fed:
-        # a decode line is printed every 40 steps, so the last one may still show running requests that
-        # finished since; only a waiting queue proves work is pending (a loop, not sum() over a generator:
-        # this runs at every evaluation)
-        waiting = 0
-        for rv in state.schedulers().values():
-            waiting += rv.queue or 0
+        scraped = state.scraped_queue() if state.metrics_seen else None
+        if scraped is not None:
+            waiting = scraped          # SGLang's own queue gauge, scraped now: it wins over an old batch line
+        elif state.outcomes.last_disconnect_t is not None and \
+                state.outcomes.last_disconnect_t >= state.last_progress_t:
+            # clients left after the last batch line: SGLang aborted their requests, and a client that goes
+            # takes all it queued (SGLang logs only some of the aborts): the queue that line showed is gone
+            waiting, drained = 0, True
+        else:
+            # a decode line is printed every 40 steps, so the last one may still show running requests that
+            # finished since; only a waiting queue proves work is pending (a loop, not sum() over a generator:
+            # this runs at every evaluation)
+            waiting = 0
+            for rv in state.schedulers().values():
+                waiting += rv.queue or 0
     else:
         waiting = state.pending() or 0
     stuck = age > p["stall_seconds"] and waiting > 0
+    if drained and not dogs:
+        return False, age, ("no progress for {:.0f} s; clients disconnected after the last batch line, so its "
+                            "queue was aborted", age)
     if dogs:
         return True, age, ("no progress for {:.0f} s with {:.0f} requests pending; {} watchdog timeouts", age,
                            waiting, dogs)
@@ -309,6 +324,16 @@ def _crashed(state, p, sources, now, window):
             return None, None, "no SGLang log record read yet"
         return False, 0.0, "no failure since the last ready line"
     c = fl.crash
+    resume = p["resume_seconds"]
+    if fl.resumed(state.last_batch_t, resume):
+        return False, 0.0, ("batch lines went on after the failure at {}: the server kept serving ({}: {})",
+                            _clock(c.t), c.cause_class, c.cause)
+    if not fl.confirmed:
+        batch_after = state.last_batch_t is not None and state.last_batch_t > c.t
+        # (a log without timestamps cannot wait: a failure line with no batch line after it counts)
+        if batch_after or (now - c.t < resume and state.clock_known):
+            return False, 0.0, ("a failure line at {} without proof of a death yet (batch lines after it: {}): "
+                                "{}", _clock(c.t), "yes" if batch_after else "none", c.cause)
     return (fl.crash_events >= p["min_events"], float(fl.crash_events),
             ("{} failure events since {}; cause ({}): {}", fl.crash_events, _clock(c.t), c.cause_class, c.cause),
             (c.cause_class, c.cause))
@@ -371,5 +396,7 @@ _JUDGES = {
     "startup_oom": _startup_oom,
     "startup_stalled": _startup_stalled,
     **TUNING_JUDGES,
+    **ERROR_JUDGES,
+    **SERVING_JUDGES,
 }
 assert set(_JUDGES) == {s.id for s in SIGNALS}, "every catalog signal needs a judge"

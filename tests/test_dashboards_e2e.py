@@ -100,7 +100,15 @@ def sglang_exposition(tick: int) -> str:
     base = {"engine_type": "unified", "model_name": MODEL, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0"}
     lines = []
     for name, kind in sorted(gen.sglang_metrics().items()):
-        if kind == "histogram":
+        if name == "sglang:http_responses_total":
+            # 0.5.23's label set: no model_name or ranks; inference POSTs (some 500s) beside health checks
+            lines.append(f"# TYPE {name} counter")
+            for endpoint, method, status, per_tick in (("/v1/chat/completions", "POST", "200", 30),
+                                                       ("/v1/chat/completions", "POST", "500", 1),
+                                                       ("/health", "GET", "200", 6)):
+                labels = {"endpoint": endpoint, "method": method, "status_code": status}
+                lines.append(f"{name}{_labels(labels)} {float(per_tick * tick)}")
+        elif kind == "histogram":
             lines += _histogram(name, base, tick)
         elif kind == "counter":
             lines += [f"# TYPE {name} counter", f"{name}{_labels(base)} {float(37 * tick)}"]
@@ -223,8 +231,10 @@ def exporter_log(now: datetime) -> str:
         "Try to allocate 5 tokens.",
         "Available tokens: 3 (available_size=3 + evictable_size=0)",
         f"{ts(10)} Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
-        # a failure (server_crashed), so the failure-cause table has a row
-        f"{ts(8, '')} Health check failed. Server couldn't get a response from detokenizer for last 20 seconds.",
+        # a failure (server_crashed), so the failure-cause table has a row; the batch lines the LogWriter keeps
+        # appending would end it after resume_seconds, which the exporter's config below raises
+        f"{ts(8, '')} Subprocess scheduler_0 (pid=4242) crashed with exit code -9. Triggering SIGQUIT for "
+        "cleanup...",
         f"{ts(5)} Frobnicate batch, #widgets: 7, sprocket usage: 0.12",
         f"{ts(1)} Decode batch, #running-req: 128, #token: 53300, token usage: 0.41, cuda graph: False, "
         "gen throughput (token/s): 1834.27, #queue-req: 2500",
@@ -352,9 +362,12 @@ def stack(request, tmp_path_factory):
             out = open(work / "exporter.log", "wb")
             closers.append(out.close)
             env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            config = work / "exporter.yaml"
+            config.write_text("signals:\n  server_crashed:\n    resume_seconds: 86400\n")
             proc = subprocess.Popen(
                 # a second log that is not there: a failing source, so its last-error time exists too
-                [sys.executable, "-m", "exporter", "serve", "--log-file", str(log), "--from-start",
+                [sys.executable, "-m", "exporter", "serve", "--config", str(config),
+                 "--log-file", str(log), "--from-start",
                  "--log-file", str(work / "not-written-yet.log"),
                  "--listen", f"127.0.0.1:{side_port}", "--sglang-url", f"http://127.0.0.1:{sglang.port}"],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -227,8 +227,10 @@ def test_status_page_fed_by_sglang_metrics_only(browser, tmp_path):
                                           "--log-file", str(tmp_path / "unread.log")])
     sidecar = Process(tmp_path, "serve", ["serve", "--sglang-url", f"http://127.0.0.1:{sim_port}", "--listen",
                                           f"127.0.0.1:{port}", "--profile", "online"],
-                      env={"SGLANG_EXPORTER_EVALUATE_INTERVAL": "1", "SGLANG_EXPORTER_SCRAPE_INTERVAL": "1",
-                           "SGLANG_EXPORTER_SCRAPE_TIMEOUT": "0.5"})
+                      # a scrape timeout that holds on a loaded machine: one timed-out scrape marks the source
+                      # down and the verdict "insufficient data" until the next one
+                      env={"SGLANG_EXPORTER_EVALUATE_INTERVAL": "1", "SGLANG_EXPORTER_SCRAPE_INTERVAL": "2",
+                           "SGLANG_EXPORTER_SCRAPE_TIMEOUT": "1.5"})
     base = f"http://127.0.0.1:{port}/"
     try:
         wait_until(lambda: sim.alive() and fetch(f"http://127.0.0.1:{sim_port}/metrics"), timeout=30,

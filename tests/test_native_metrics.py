@@ -43,6 +43,8 @@ def test_every_mapped_family_is_defined_by_some_release_with_the_kind_the_map_re
             types = {f.type for f in releases.metric_families(first).values() if _short(f.name) == fam}
             # the 0.4.9-0.5.2 total_retracted_reqs is a gauge that counts since start-up
             want = {"counter", "gauge"} if (v.kind, fam) == ("counter", "total_retracted_reqs") else {v.kind}
+            # kv_transfer_latency_ms: a last-value gauge before 0.5.10, a histogram since (only that is read)
+            want |= {"gauge"} if (v.kind, fam) == ("histogram", "kv_transfer_latency_ms") else set()
             assert types & want, f"sglang:{fam} is {types} in {first}, the map reads it as {v.kind}"
 
 
@@ -504,7 +506,8 @@ def test_logs_only_signals_with_no_log_line_stay_metrics_only(tmp_path):
     judged = _log_judge(tmp_path, [_decode() for _ in range(4)])
     for sid in METRICS_ONLY:
         assert judged[sid].firing is None and judged[sid].unsupported, judged[sid]
-    assert set(METRICS_ONLY) == {"latency_high", "queue_wait_high", "kv_pressure"}
+    assert set(METRICS_ONLY) == {"latency_high", "queue_wait_high", "kv_pressure", "scheduler_idle_waiting",
+                                 "pd_transfer_failures", "hicache_tokens_dropped", "dp_attention_imbalance"}
 
 
 # --------------------------------------------- every release's /metrics as SGLang's own collector code renders it

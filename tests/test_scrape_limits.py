@@ -17,21 +17,10 @@ from exporter.scrape import scrape
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1 << 20
-
-
-def histogram_page(size: int) -> bytes:
-    """One SGLang histogram family with many label sets (the shape that cost most: ~11 bytes of RSS per byte
-    of page when it was parsed whole)."""
-    out = ["# HELP sglang:time_to_first_token_seconds ttft\n# TYPE sglang:time_to_first_token_seconds histogram\n"]
-    n, i = 0, 0
-    while n < size:
-        for le in ("0.1", "0.5", "1.0", "5.0", "+Inf"):
-            line = (f'sglang:time_to_first_token_seconds_bucket{{model_name="m",tp_rank="0",client="c{i}",'
-                    f'le="{le}"}} {i}\n')
-            out.append(line)
-            n += len(line)
-        i += 1
-    return "".join(out).encode()
+sys.path.insert(0, str(ROOT / "bench"))
+# one histogram family with many label sets (the shape that cost most: ~11 bytes of RSS per byte of page when
+# it was parsed whole); the same page bench/memory_bench.py measures
+from memory_bench import metrics_page as histogram_page  # noqa: E402
 
 
 class Page(http.server.BaseHTTPRequestHandler):

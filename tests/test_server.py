@@ -93,7 +93,7 @@ def test_endpoints(served):
     assert by_id["gpu_headroom_high"]["state"] == "firing"
     assert by_id["gpu_headroom_high"]["unit"] == "bytes"
     assert by_id["gpu_headroom_high"]["advice"] == ["--mem-fraction-static"]
-    assert "latency_high" not in by_id                       # inactive offline: absent
+    assert "queue_below_range" not in by_id                  # inactive online: absent
     assert all(s["state"] in ("firing", "ok", "unknown") for s in doc["signals"])
     adv = {a["flag"]: a for a in doc["advice"]}
     assert adv["--mem-fraction-static"]["action"] == "increase"

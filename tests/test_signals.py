@@ -592,9 +592,14 @@ def test_every_signal_can_fire():
     eng.ingest(oom("decode"), T0 + 1)
     eng.ingest(watchdog(), T0 + 2)
     eng.ingest(Event("scheduler_exception", {"component": "Scheduler", "message": "AssertionError"}), T0 + 3)
+    for _ in range(30):       # every inference request answered 500: both error-rate signals
+        eng.ingest(Event("http_access", {"client": "10.0.0.1:1", "method": "POST", "path": "/generate",
+                                         "status": 500}), T0 + 4)
     snap = eng.evaluate(T0 + 60)
     not_firing = {sid for sid, j in snap.judgements.items() if not j.firing}
     # queue below and above range and headroom low/high exclude each other; the tuning signals read /metrics
-    # (tests/test_native_metrics.py makes each fire)
+    # (tests/test_native_metrics.py makes each fire), the serving signals /metrics, a --max-queued-requests or
+    # several start-ups (tests/test_serving_signals.py makes each fire)
+    from exporter.catalog_serving import SERVING_SIGNALS
     from exporter.catalog_tuning import TUNING_SIGNALS
-    assert not_firing - {s.id for s in TUNING_SIGNALS} == {"queue_below_range", "gpu_headroom_high"}
+    assert not_firing - {s.id for s in TUNING_SIGNALS + SERVING_SIGNALS} == {"queue_below_range", "gpu_headroom_high"}

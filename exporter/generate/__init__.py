@@ -20,18 +20,21 @@ def render(config: Config | None = None) -> dict[str, str]:
         alerts_doc,
         component,
         dashboards,
+        gateway,
         helm,
         kubernetes,
         metrics_doc,
         promtool,
         rules,
         runbooks,
+        slo,
         sources,
     )
     from exporter.releases import compatibility
     config = config or Config()
     files: dict[str, str] = {}
-    for module in (rules, promtool, alertmanager, runbooks, alerts_doc, sources, dashboards, metrics_doc, helm):
+    for module in (rules, slo, promtool, alertmanager, runbooks, alerts_doc, sources, dashboards, metrics_doc, helm,
+                   gateway):
         files.update(module.render(config))
     files[compatibility.PATH] = compatibility.render()
     files.update(kubernetes.render_from(files))

@@ -18,6 +18,8 @@ BLINDING_ALERTS = ("SGLangStalled", "SGLangTargetDown", "SGLangExporterDown", "S
 # every sidecar of a cluster gone: the per-target alerts of that cluster say nothing more
 VANISHED = "SGLangExportersVanished"
 
+# the scheduler idle while requests wait (catalog_serving): the stall's second witness
+IDLE_ALERT = catalog.SIGNALS_BY_ID["scheduler_idle_waiting"].alert.name  # type: ignore[union-attr]  # (it has one)
 
 def failure_alerts() -> tuple[str, ...]:
     """Alerts that mean "this server died": they silence its stall page."""
@@ -67,7 +69,26 @@ def alertmanager_config(settings: RuleSettings) -> dict:
             },
             {  # a dead server's queue no longer moves: the crash page says why, the stall page would not
                 "source_matchers": [f'alertname=~"{"|".join(failure_alerts() + SERVING_OOM_ALERTS)}"'],
-                "target_matchers": ['alertname="SGLangStalled"'],
+                "target_matchers": [f'alertname=~"SGLangStalled|{IDLE_ALERT}"'],
+                "equal": list(settings.inhibit_equal),
+            },
+            {  # a gateway breaker open on a worker whose engine crashed: one page, the joined one (its engine's
+                # crash page, on the engine's instance)
+                "source_matchers": ['alertname="SGLangGatewayWorkerEngineCrashed"'],
+                "target_matchers": ['alertname="SGLangServerCrashed"'],
+                "equal": list(settings.inhibit_equal),
+            },
+            {  # ... and the gateway's own breaker alert on that worker (the joined alert names the engine's
+               # pod, the breaker alert the gateway's: the worker URL is what they share)
+                "source_matchers": ['alertname="SGLangGatewayWorkerEngineCrashed"'],
+                "target_matchers": ['alertname="SGLangGatewayCircuitOpen"'],
+                "equal": [lab for lab in settings.inhibit_equal
+                          if lab not in ("instance", settings.server_label)] + ["worker"],
+            },
+            {  # no batch progress and the scheduler's own clock idle are one incident: the stall pages, the
+               # idle scheduler (its second witness, catalog_serving) is held back; alone it pages itself
+                "source_matchers": ['alertname="SGLangStalled"'],
+                "target_matchers": [f'alertname="{IDLE_ALERT}"'],
                 "equal": list(settings.inhibit_equal),
             },
             {  # a whole cluster's sidecars gone: one page for the cluster, not one per target

@@ -20,6 +20,61 @@ def render(config: Config) -> dict[str, str]:
     return {"docs/alerts.md": alerts_md(RuleSettings(config))}
 
 
+def objectives_md(settings: RuleSettings) -> list[str]:
+    """The section on the objectives users set: the scheme, the alerts and the records."""
+    from exporter import catalog_slo
+    from exporter.generate.runbooks_slo import documented_settings, slo_alerts
+    from exporter.generate.slo import SLO_RULES, objective_text, recording_rules
+    found, configured = slo_alerts(settings)
+    documented, _ = documented_settings(settings)
+    lines = [
+        "",
+        "## Objectives you set (`slo:`)",
+        "",
+        f"`alerts/{SLO_RULES}` (with a `slo:` section only; the Helm chart: `rules.slo.objectives`) holds, per "
+        "objective, multi-window, multi-burn-rate alerts after Google's SRE workbook. The error budget is "
+        f"`1 - target` of the events over {catalog_slo.PERIOD_DAYS} days; a burn rate of 1 spends it exactly "
+        "in that period. A window pair fires when both its long and its short window burn faster than its "
+        "rate: the long window says the budget is really going, the short one that it still is (so the alert "
+        "ends soon after the problem does).",
+        "",
+        "| alert | severity | long window | short window | burn rate | budget spent in the long window |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pairs, severity in ((catalog_slo.PAGE_WINDOWS, "critical (pages)"), (catalog_slo.TICKET_WINDOWS, "warning")):
+        for b in pairs:
+            name = "`SGLangSLO<Kind>FastBurn`" if pairs is catalog_slo.PAGE_WINDOWS else "`SGLangSLO<Kind>SlowBurn`"
+            lines.append(f"| {name} | {severity} | {b.long} | {b.short} | {b.burn_rate:g} | {b.budget_share:.0%} |")
+    lines += [
+        "",
+        "SLIs, per server (the native rules' grouping: `alerts.join_labels` + `alerts.native_keep_labels`):",
+        "",
+        *(f"- `{k.id}`: good when {k.good.format(threshold='<threshold_seconds>')}; from {k.source}."
+          for k in catalog_slo.KINDS),
+        "",
+        ("The objectives of the configuration these files were generated from:" if configured else
+         "No objective is configured for the committed files; the alerts below are rendered from the chart's "
+         "disabled examples, to show what an objective generates:"),
+        "",
+        "| alert | severity | for | objective | runbook |",
+        "|---|---|---|---|---|",
+    ]
+    for a in found:
+        kind = catalog_slo.KINDS_BY_ID[a.labels["slo"]]
+        spec = documented.objectives()[kind.id]
+        lines.append(f"| `{a.name}` | {a.severity}{' (pages)' if a.page else ''} | {a.for_} | "
+                     f"{objective_text(kind, spec)} | [{a.name}](runbooks/{a.name}.md) |")
+    lines += ["", "Recording rules of one objective (the `slo` label names it):", "", "| record | expression |",
+              "|---|---|"]
+    first_id, first_spec = next(iter(documented.objectives().items()))
+    for r in recording_rules(catalog_slo.KINDS_BY_ID[first_id], first_spec, documented):
+        expr = " ".join(r["expr"].split()).replace("|", "\\|")
+        lines.append(f"| `{r['record']}` | `{expr}` |")
+    lines += ["", "The sidecar's own error signals judge one server against a fixed threshold and say why; these "
+              "alerts watch your objective's budget. Read them together (the runbooks cross-reference them)."]
+    return lines
+
+
 def alerts_md(settings: RuleSettings) -> str:
     lines = [
         "# Alerts",
@@ -65,6 +120,7 @@ def alerts_md(settings: RuleSettings) -> str:
     for r in exporter_recording_rules(settings) + server_rules(settings) + native_recording_rules(settings):
         expr = " ".join(r["expr"].split()).replace("|", "\\|")
         lines.append(f"| `{r['record']}` | `{expr}` |")
+    lines += objectives_md(settings)
     defaults = RuleSettings()
     lines += [
         "",

@@ -157,5 +157,5 @@ def render_from(sources: dict[str, str]) -> dict[str, str]:
 
 
 def render(config: Config) -> dict[str, str]:
-    from exporter.generate import dashboards, rules
-    return render_from({**rules.render(config), **dashboards.render(config)})
+    from exporter.generate import dashboards, rules, slo
+    return render_from({**rules.render(config), **slo.render(config), **dashboards.render(config)})

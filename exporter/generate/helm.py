@@ -4,6 +4,8 @@
   values.yaml                                    the static values below plus the native rules' thresholds
   templates/prometheusrule-sglang-exporter.yaml  alerts/sglang-exporter.rules.yml as a PrometheusRule template
   templates/prometheusrule-sglang-native.yaml    alerts/sglang-native.rules.yml, each threshold a value
+  templates/prometheusrule-sglang-slo.yaml       the objectives' rules (exporter/generate/slo.py), one group per
+                                                 objective switched on by rules.slo.objectives.<kind>.enabled
   files/handoff.py, files/dashboards/*.json      read by the ConfigMap templates with .Files
 
 The native rules compare literal thresholds in PromQL and name them in their descriptions. To make them values
@@ -18,8 +20,10 @@ from pathlib import Path
 
 import yaml
 
+from exporter import catalog_slo
 from exporter.config import Config
-from exporter.generate import kubernetes, rules
+from exporter.generate import kubernetes, rules, slo
+from exporter.generate.promql import num
 from exporter.generate.settings import RuleSettings
 from exporter.generate.yamlout import BlockDumper
 
@@ -92,6 +96,79 @@ def native_rules(config: Config) -> tuple[str, dict]:
     return _rule_template(src, "native", ".Values.rules.native.enabled", text), used
 
 
+class _MarkedObjectives(RuleSettings):
+    """Rule settings whose objectives are every kind (configured, else the example) with marker numbers for
+    their target and threshold, remembered as (kind, key, value)."""
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        self.markers: dict[int, tuple[str, str, float]] = {}
+        self.configured = RuleSettings(config).objectives()
+        examples = slo.example_objectives()
+        self.values = {k.id: self.configured.get(k.id, examples[k.id]) for k in catalog_slo.KINDS}
+        self.marked = {}
+        for kind_id, spec in self.values.items():
+            out = {}
+            for key, value in spec.items():
+                if key == "custom_buckets":
+                    continue
+                marker = MARKER_BASE + 5000 + len(self.markers)
+                self.markers[marker] = (kind_id, key, value)
+                out[key] = marker
+            self.marked[kind_id] = out
+
+    def objectives(self) -> dict:
+        return self.marked
+
+
+def _bucket_check(kind: catalog_slo.ObjectiveKind) -> str:
+    """A template guard: a latency threshold that is no bucket bound of SGLang's defaults fails the render
+    (the same check `sglang-exporter check-config` makes), unless custom_buckets says the server sets its own."""
+    ref = f".Values.rules.slo.objectives.{kind.id}"
+    bounds = " ".join(f'"{num(b)}"' for b in catalog_slo.DEFAULT_BUCKETS[kind.id])
+    listed = ", ".join(num(b) for b in catalog_slo.DEFAULT_BUCKETS[kind.id])
+    return (f"{{{{- if and {ref}.enabled (not {ref}.custom_buckets) "
+            f"(not (has (toString {ref}.threshold_seconds) (list {bounds}))) }}}}\n"
+            f"{{{{- fail (printf \"rules.slo.objectives.{kind.id}.threshold_seconds: %v is not a bucket bound of "
+            f"SGLang's {kind.title} histogram (bounds: {listed}"
+            f"); pick one, or set custom_buckets: true if your server sets its own buckets with this bound\" "
+            f"{ref}.threshold_seconds) }}}}\n{{{{- end }}}}\n")
+
+
+def slo_rules(config: Config) -> tuple[str, dict]:
+    """The objectives' PrometheusRule template and its values ({kind: {enabled, target, threshold_seconds}})."""
+    settings = _MarkedObjectives(config)
+    groups = slo.rule_groups(settings)
+    body = ""
+    for group in groups:
+        kind_id = group["name"].removeprefix(slo.GROUP_PREFIX)
+        text = _escape(yaml.dump([group], Dumper=BlockDumper, sort_keys=False, width=120, allow_unicode=True,
+                                 default_flow_style=False))
+        body += (f"{{{{- if .Values.rules.slo.objectives.{kind_id}.enabled }}}}\n"
+                 + "".join("  " + line + "\n" for line in text.splitlines()) + "{{- end }}\n")
+    for marker, (kind_id, key, _) in settings.markers.items():
+        body = re.sub(rf"(?<![\d.]){marker}(?![\d.])", f"{{{{ .Values.rules.slo.objectives.{kind_id}.{key} }}}}", body)
+    assert not re.search(rf"{MARKER_BASE // 10000}\d{{4}}", body), "an objective marker was left in the rules"
+    enabled = " ".join(f".Values.rules.slo.objectives.{k.id}.enabled" for k in catalog_slo.KINDS)
+    guards = "".join(_bucket_check(k) for k in catalog_slo.KINDS if k.latency)
+    template = (HEADER.format(src="exporter/generate/slo.py (the objectives in `slo:`)") + guards +
+                f"{{{{- if or {enabled} }}}}\n"
+                "apiVersion: monitoring.coreos.com/v1\n"
+                "kind: PrometheusRule\n"
+                "metadata:\n"
+                "  name: {{ include \"sglang-exporter.fullname\" . }}-slo-rules\n"
+                "  namespace: {{ .Release.Namespace }}\n"
+                "  labels:\n"
+                "    {{- include \"sglang-exporter.monitoringLabels\" . | nindent 4 }}\n"
+                "spec:\n  groups:\n" + body + "{{- end }}\n")
+    values = {}
+    for kind_id, spec in settings.values.items():
+        values[kind_id] = {"enabled": kind_id in settings.configured, **spec}
+        if catalog_slo.KINDS_BY_ID[kind_id].latency:
+            values[kind_id].setdefault("custom_buckets", False)
+    return template, values
+
+
 def exporter_rules(config: Config) -> str:
     groups = rules.rule_files(RuleSettings(config))[rules.EXPORTER_RULES]["groups"]
     return _rule_template(f"alerts/{rules.EXPORTER_RULES}", "exporter",
@@ -110,19 +187,23 @@ def chart_yaml() -> str:
     return HEADER.format(src="exporter/generate/kubernetes.py (the image tag)") + yaml.safe_dump(obj, sort_keys=False)
 
 
-def values_yaml(thresholds: dict) -> str:
+def values_yaml(thresholds: dict, objectives: dict) -> str:
     block = yaml.safe_dump({"thresholds": thresholds}, sort_keys=False)
+    slo_block = yaml.safe_dump({"objectives": objectives}, sort_keys=False)
     return (HEADER.format(src="exporter/generate/helm.py and the catalog's native thresholds") +
             VALUES.replace("@IMAGE@", kubernetes.EXPORTER_IMAGE)
-            .replace("@THRESHOLDS@\n", "".join("    " + line + "\n" for line in block.splitlines())))
+            .replace("@THRESHOLDS@\n", "".join("    " + line + "\n" for line in block.splitlines()))
+            .replace("@SLO@\n", "".join("    " + line + "\n" for line in slo_block.splitlines())))
 
 
 def render(config: Config) -> dict[str, str]:
     from exporter.generate import dashboards
     native, thresholds = native_rules(config)
+    objectives_template, objectives = slo_rules(config)
     rendered = dashboards.render(config)
     files = {f"{CHART}/Chart.yaml": chart_yaml(),
-             f"{CHART}/values.yaml": values_yaml(thresholds),
+             f"{CHART}/values.yaml": values_yaml(thresholds, objectives),
+             f"{CHART}/templates/prometheusrule-sglang-slo.yaml": objectives_template,
              f"{CHART}/templates/prometheusrule-sglang-exporter.yaml": exporter_rules(config),
              f"{CHART}/templates/prometheusrule-sglang-native.yaml": native,
              f"{CHART}/files/handoff.py": HANDOFF_SRC.read_text()}
@@ -194,6 +275,23 @@ rules:
   native:
     enabled: true                    # alerts from SGLang's own /metrics; their thresholds, from the catalog:
 @THRESHOLDS@
+  # Objectives you set (docs/configuration.md, `slo:`): per objective its burn-rate page and ticket and its
+  # recording rules (docs/alerts.md). Rendered from the `slo:` of the configuration this chart was generated
+  # from; the others are disabled examples. target: share of good events (0-1); threshold_seconds: one of the
+  # bucket bounds of SGLang's histogram (the render fails otherwise), unless custom_buckets: true.
+  slo:
+@SLO@
+
+# SGLang's gateway (SGLang Model Gateway smg_*, or sglang-router sgl_router_*): its own metrics port, no sidecar.
+# enabled: a monitor of that port and the gateway's alerts (docs/gateway.md); the Gateway board ships regardless.
+gateway:
+  enabled: false
+  monitor: PodMonitor                # PodMonitor | ServiceMonitor
+  podSelector: {}                    # PodMonitor: a label selector of your gateway pods ({matchLabels: ...})
+  port: 29000                        # the gateway's --prometheus-port
+  service:
+    selector: {}                     # ServiceMonitor: a label selector of the Service in front of the gateway
+    port: metrics                    # its port name for the metrics port
 
 dashboards:
   # ConfigMaps the Grafana sidecar of kube-prometheus-stack picks up (grafana_dashboard: "1")

@@ -23,6 +23,7 @@ HANDOFF_SRC = Path(__file__).resolve().parents[1] / "ingest" / "handoff.py"
 RULE_COPIES = {  # generated file name -> rendered source
     "prometheusrule-sglang-exporter.yaml": "alerts/sglang-exporter.rules.yml",
     "prometheusrule-sglang-native.yaml": "alerts/sglang-native.rules.yml",
+    "prometheusrule-sglang-slo.yaml": "alerts/sglang-slo.rules.yml",      # only with objectives in `slo:`
 }
 DASHBOARDS_SRC = "dashboards/sglang-dashboards.configmap.yaml"
 STATIC_RESOURCES = ["exporter-configmap.yaml", "deployment.yaml", "service.yaml", "podmonitor.yaml"]
@@ -84,5 +85,5 @@ def render_from(sources: dict[str, str]) -> dict[str, str]:
 
 
 def render(config: Config) -> dict[str, str]:
-    from exporter.generate import dashboards, rules
-    return render_from({**rules.render(config), **dashboards.render(config)})
+    from exporter.generate import dashboards, rules, slo
+    return render_from({**rules.render(config), **slo.render(config), **dashboards.render(config)})

@@ -8,8 +8,10 @@ from exporter.generate.promtool_exporter import meta_tests, recording_tests_expo
 from exporter.generate.promtool_fleet import latency_recording_tests, server_recording_tests
 from exporter.generate.promtool_identity import identity_tests
 from exporter.generate.promtool_native import native_tests, recording_tests_native
+from exporter.generate.promtool_slo import test_file as slo_test_file
 from exporter.generate.rules import EXPORTER_RULES, HEADER, NATIVE_RULES, all_alerts, dump
 from exporter.generate.settings import RuleSettings
+from exporter.generate.slo import SLO_RULES
 
 RUN = "# Run: promtool test rules alerts/tests/*.test.yml\n"
 
@@ -19,7 +21,7 @@ def test_files(settings: RuleSettings) -> dict[str, dict]:
     step = fmt_duration(interval(settings))
     alerts = all_alerts(settings)
     by_kind = {kind: [a for a in alerts if a.kind == kind] for kind in ("signal", "meta", "native")}
-    return {
+    files = {
         "tests/sglang-exporter.signals.test.yml": {
             "rule_files": [f"../{EXPORTER_RULES}"], "evaluation_interval": step,
             "tests": [signal_test(settings, a) for a in by_kind["signal"]]},
@@ -38,6 +40,10 @@ def test_files(settings: RuleSettings) -> dict[str, dict]:
             "rule_files": [f"../{EXPORTER_RULES}", f"../{NATIVE_RULES}"], "evaluation_interval": step,
             "tests": identity_tests(settings, alerts)},
     }
+    slo = slo_test_file(settings)      # only with objectives in `slo:`
+    if slo is not None:
+        files["tests/sglang-slo.test.yml"] = {"rule_files": [f"../{SLO_RULES}"], **slo}
+    return files
 
 
 def render(config: Config) -> dict[str, str]:

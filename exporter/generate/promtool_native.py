@@ -16,6 +16,7 @@ from exporter.generate.promtool_common import (
     target_labels,
     values_text,
 )
+from exporter.generate.promtool_serving import SERVING_NATIVE, serving_native_tests
 from exporter.generate.rules import Alert, retraction_rules
 from exporter.generate.settings import RuleSettings
 
@@ -33,6 +34,8 @@ def native_tests(settings: RuleSettings, a: Alert) -> list[dict]:
     def out_labels(lab):
         return {k: v for k, v in lab.items() if k in keep}
 
+    if a.name in SERVING_NATIVE:
+        return serving_native_tests(settings, a, step, (pod_a, pod_b, pod_c), out_labels)
     t = settings.thresholds_in_force(a.signal)
     assert t is not None, a.signal           # rendered only for the signals in force
     if a.name == "SGLangNativeQueueAboveRange":
@@ -146,7 +149,50 @@ def native_tests(settings: RuleSettings, a: Alert) -> list[dict]:
                           "alert_rule_test": [alert_case(a.name, step + f + step, [expected_alert(a, out_labels(pod_c),
                                                                                thr * 1.99)])]})
         return tests
+    if a.name in ("SGLangNativeErrorRate", "SGLangNativeErrorsNearlyAll"):
+        return _error_tests(a, f, step, iv, out_labels, pod_a, pod_b, pod_c, base)
     raise KeyError(f"no promtool test scenario for native alert {a.name}")
+
+
+def _error_tests(a: Alert, f: float, step: float, iv: str, out_labels, pod_a: dict, pod_b: dict, pod_c: dict,
+                 base: dict) -> list[dict]:
+    """The label sets SGLang exports: http_responses_total{endpoint, method, status_code} (0.5.23, no rank
+    labels) beside the target's; num_aborted_requests_total and num_requests_total with the collector's base
+    labels (0.4.7-0.5.22). pod_a fails, pod_b stays under the threshold with many health checks, pod_c is an
+    older release that has only the abort counter."""
+    paging = a.name == "SGLangNativeErrorsNearlyAll"
+    # per step: (POST 200, POST 500) of pod_a and pod_b; (finished, aborted) of pod_c
+    a_ok, a_bad = (0, 30) if paging else (10, 2)
+    b_ok, b_bad = (10, 10) if paging else (100, 2)
+    c_done, c_aborted = (20, 20) if paging else (10, 5)
+    steps = int(f / step) + 8
+
+    def responses(pod: dict, endpoint: str, method: str, code: str, per_step: float) -> dict:
+        target = {k: v for k, v in pod.items() if k not in base}
+        return {"series": series_text("sglang:http_responses_total",
+                                      {**target, "endpoint": endpoint, "method": method, "status_code": code}),
+                "values": values_text(counter(per_step, steps))}
+    series = []
+    for pod, ok, bad in ((pod_a, a_ok, a_bad), (pod_b, b_ok, b_bad)):
+        series += [responses(pod, "/v1/chat/completions", "POST", "200", ok),
+                   responses(pod, "/v1/chat/completions", "POST", "500", bad),
+                   responses(pod, "/health", "GET", "200", 200)]     # health checks: never in the share
+    # pod_c has only the abort counter; pod_a (0.5.23) has it too, and aborts every request: its response
+    # counter wins, so it fires once, at its 5xx share (and pod_b's aborts do not fire it either)
+    for pod, done, aborted in ((pod_c, c_done, c_aborted), (pod_a, 10, 10), (pod_b, 10, 10)):
+        series += [{"series": series_text("sglang:num_requests_total", pod), "values": values_text(counter(done,
+                                                                                                        steps))},
+                   {"series": series_text("sglang:num_aborted_requests_total", pod),
+                    "values": values_text(counter(aborted, steps))}]
+    fired = [expected_alert(a, out_labels({k: v for k, v in pod_a.items() if k not in base}),
+                            a_bad / (a_ok + a_bad)),
+             expected_alert(a, out_labels(pod_c), c_aborted / c_done)]
+    quiet = f"{b_bad / (b_ok + b_bad):.0%}"
+    return [{"name": f"{a.name}: pod_a ({a_bad / (a_ok + a_bad):.0%} 5xx) and an older release's aborts "
+                     f"({c_aborted / c_done:.0%}) fire; pod_b ({quiet}, and many GET health checks) does not",
+             "interval": iv, "input_series": series,
+             "alert_rule_test": [alert_case(a.name, f - step, []) if f > step else alert_case(a.name, 0, []),
+                                 alert_case(a.name, f + 3 * step, fired)]}]
 
 
 def recording_tests_native(settings: RuleSettings) -> dict:

@@ -13,9 +13,11 @@ import yaml
 
 from exporter import catalog
 from exporter.catalog_native import native_metric_names
+from exporter.catalog_serving import SERVING_SIGNALS
 from exporter.catalog_tuning import TUNING_SIGNALS
 from exporter.config import Config
 from exporter.generate.promql import by, fmt_duration, num, sel
+from exporter.generate.rules_serving import serving_native_specs
 from exporter.generate.settings import RuleSettings
 from exporter.generate.yamlout import BlockDumper
 
@@ -123,6 +125,9 @@ NOT_SRC_METRICS = 'source!="sglang_metrics"'
 QUEUE, = native_metric_names("queue")
 USAGE, = native_metric_names("usage")
 RETRACTED = native_metric_names("retracted_requests")[0]
+RESPONSES, = native_metric_names("responses")
+ABORTED, = native_metric_names("aborted_requests")
+REQUESTS, = native_metric_names("requests")
 
 
 def summary_of(signal_id: str) -> str:
@@ -297,7 +302,39 @@ def native_alerts(settings: RuleSettings) -> list[Alert]:
                 "{{ $labels.instance }}: p99 " + what + " over " + w +
                 " is {{ $value | printf \"%.3f\" }}s (objective: " + num(t[key]) +
                 "s). Advice: lower --max-running-requests or the request rate.")
+    join = by(settings.join_labels)
+    for sid, name, op in (("error_rate", "SGLangNativeErrorRate", ">"),
+                          ("errors_nearly_all", "SGLangNativeErrorsNearlyAll", ">=")):
+        t = settings.thresholds_in_force(sid)
+        if not t:
+            continue
+        w = window_of(sid)
+        ratio = num(t["max_ratio" if op == ">" else "min_ratio"])
+        post = sel(sglang, 'method="POST"')
+        failed = sel(sglang, 'method="POST"', 'status_code=~"5.."')
+
+        least = num(t["min_requests"])
+        add(name, sid,
+            "# SGLang 0.5.23+: the 5xx share of inference (POST) responses; health checks are GETs\n"
+            + _share(group, w, op, ratio, least, f"{RESPONSES}{failed}", f"{RESPONSES}{post}")
+            + "# 0.4.7-0.5.22: aborted over finished requests (where the response counter is missing)\n"
+            + "or\n(\n" + _share(group, w, op, ratio, least, f"{ABORTED}{sel(sglang)}", f"{REQUESTS}{sel(sglang)}")
+            # (http_responses_total carries no model_name: the pod's identity alone says which release it is)
+            + f") unless on ({join}) count by ({join}) ({RESPONSES}{sel(sglang)})\n",
+            summary_of(sid),
+            "{{ $labels.instance }}: {{ $value | humanizePercentage }} of requests failed over " + w +
+            f" (objective: {'under ' + ratio if op == '>' else 'paging at ' + ratio}). The cause is in SGLang's "
+            "log: `Error in request: ...`.")
+    for spec in serving_native_specs(settings):
+        add(*spec)
     return out
+
+
+def _share(group: str, w: str, op: str, ratio: str, least: str, failed: str, answered: str) -> str:
+    """failed / answered over `w` compared with `ratio`, when at least `least` were answered."""
+    return (f"(\n  sum by ({group}) (increase({failed}[{w}]))\n  /\n"
+            f"  sum by ({group}) (increase({answered}[{w}]))\n) {op} {ratio}\n"
+            f"and\n sum by ({group}) (increase({answered}[{w}])) >= {least}\n")
 
 
 def exporter_recording_rules(settings: RuleSettings) -> list[dict]:
@@ -457,14 +494,18 @@ def all_alerts(settings: RuleSettings) -> list[Alert]:
 
 def rule_files(settings: RuleSettings) -> dict[str, dict]:
     tuning = {s.alert.name for s in TUNING_SIGNALS if s.alert}
+    serving = {s.alert.name for s in SERVING_SIGNALS if s.alert}
     alerts = all_alerts(settings)
-    signal_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name not in tuning]
+    signal_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name not in tuning | serving]
     tuning_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name in tuning]
+    serving_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name in serving]
     return {
         EXPORTER_RULES: {"groups": [
             {"name": "sglang-exporter.signals", "rules": signal_rules},
             # the signals read from SGLang's newer /metrics families (catalog_tuning); a group stays <= 20 rules
             {"name": "sglang-exporter.tuning", "rules": tuning_rules},
+            # up but not serving, and the failures and waste SGLang counts itself (catalog_serving)
+            {"name": "sglang-exporter.serving", "rules": serving_rules},
             {"name": "sglang-exporter.meta", "rules": [a.rule() for a in alerts if a.kind == "meta"]},
             {"name": "sglang-exporter.fleet", "rules": exporter_recording_rules(settings)},
             {"name": "sglang-exporter.servers", "rules": server_rules(settings)},

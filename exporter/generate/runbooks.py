@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from exporter import catalog
-from exporter.catalog_native import family_span
+from exporter.catalog_native import NATIVE_BY_NAME, family_span, family_values
 from exporter.config import Config
 from exporter.generate.rules import all_alerts
 from exporter.generate.settings import RuleSettings
@@ -48,6 +48,11 @@ LOG_PATTERNS = {
     "subprocess_crash": [("Subprocess .* crashed", "a child process exited (SGLang 0.5.10+)")],
     "init_failed": [("Initialization failed", "warm-up failed")],
     "health_check_failed": [("ealth check (failed|timed out)", "the detokenizer or encoder stopped answering")],
+    "request_error": [("Error in request: |\\[http_server\\] Error: |^Error: |Exception: ",
+                       "a request SGLang answered with an error and kept serving (the line is the cause)"),
+                      ("Request is disconnected from the client side|Client disconnected",
+                       "a client left; SGLang aborted its request")],
+    "http_access": [('" 5[0-9][0-9]', "uvicorn access lines of 5xx responses")],
     "nccl_timeout": [("Watchdog caught collective operation timeout", "an NCCL collective hung (PyTorch)")],
     "server_ready": [("fired up and ready to roll", "the end of a successful start-up")],
     "load_weight": [("Load weight (begin|end)", "weights loading; avail mem shows what is left")],
@@ -304,9 +309,12 @@ def _signal_page(a, settings, native=False) -> str:
             first, last = family_span(m.removeprefix("sglang:").removesuffix("_total")) or (None, None)
             if first:
                 qs.append(f"# SGLang {first}" + ("+" if last is None else " only" if last == first else f" to {last}"))
-            if m.endswith("_total"):
+            kind = _native_kind(m)
+            if m.endswith("_seconds_total"):       # a time counter: the share of wall time
+                qs.append(f"rate({m}{sel}[5m])")
+            elif m.endswith("_total"):
                 qs.append(f"rate({m}{sel}[5m]) * 60")
-            elif m.endswith("_seconds"):
+            elif kind == "histogram" or (kind is None and m.endswith("_seconds")):
                 qs.append(f"histogram_quantile(0.99, sum by (le, instance) (rate({m}_bucket{sel}[5m])))")
             else:
                 qs.append(f"{m}{sel}")
@@ -321,13 +329,20 @@ def _signal_page(a, settings, native=False) -> str:
     if adv:
         lines += adv + [""]
     else:
-        lines += STALLED_MITIGATION if s.id == "stalled" else ["No tuning advice: investigate the cause.", ""]
+        lines += (STALLED_MITIGATION if s.id == "stalled" else IDLE_MITIGATION if s.id == "scheduler_idle_waiting"
+                  else ["No tuning advice: investigate the cause.", ""])
     if s.guide:
         lines += [f"Tuning guide's rule: {s.guide}", ""]
     if a.labels.get("family") and a.severity == "warning":
         lines += [f"While the critical alert of the `{a.labels['family']}` family fires for the same instance, "
                   "Alertmanager holds this one back (inhibition).", ""]
     return "\n".join(lines)
+
+
+def _native_kind(name: str) -> str | None:
+    """gauge | counter | histogram of an SGLang family the catalog reads (exposed name), or None."""
+    value = family_values().get(name.removeprefix("sglang:").removesuffix("_total"))
+    return NATIVE_BY_NAME[value].kind if value else None
 
 
 STALLED_MITIGATION = [
@@ -337,6 +352,15 @@ STALLED_MITIGATION = [
     "still answer.",
     "- If it repeats, lower `--watchdog-timeout` so SGLang kills itself sooner, and report the dump upstream.",
     "",
+]
+
+
+# the scheduler's own clock says it has nothing to run while requests wait: they are stuck before its queue
+IDLE_MITIGATION = [
+    "- Requests that wait while the scheduler idles are held somewhere it does not run from: look at the "
+    "grammar queue (`sglang:num_grammar_queue_reqs`), the PD bootstrap and pre-allocation queues, and paused "
+    "requests (an interrupted weight update).",
+    *STALLED_MITIGATION,
 ]
 
 
@@ -366,11 +390,16 @@ def render(config: Config) -> dict[str, str]:
             text = _signal_page(a, settings, native=(a.kind == "native"))
         pages[f"docs/runbooks/{a.name}.md"] = text
         index.append(f"| [{a.name}]({a.name}.md) | {a.severity} | {a.kind} | {a.summary} |")
+    from exporter.generate import runbooks_slo
+    slo_pages, slo_rows = runbooks_slo.render_pages(settings, GENERATED)
+    pages.update(slo_pages)
+    index += slo_rows
     pages["docs/runbooks/README.md"] = "\n".join([
         "# Runbooks", "", GENERATED, "",
         "One page per alert in `alerts/*.rules.yml`, each with Meaning / Impact / Diagnosis / Mitigation. "
         "The alerts' `runbook_url` annotations point here.", "",
         "| alert | severity | kind | summary |", "|---|---|---|---|", *index, "",
         "Kinds: `signal` — judged by the sidecar from SGLang's logs and metrics; `native` — computed in PromQL "
-        "from SGLang's own `/metrics`; `meta` — the monitoring itself.", ""])
+        "from SGLang's own `/metrics`; `meta` — the monitoring itself; `slo` — the error-budget burn of an "
+        "objective you set (`slo:`, docs/configuration.md).", ""])
     return pages

@@ -47,6 +47,11 @@ class RuleSettings:
         """Thresholds the native rules compare (None: the signal is off in `alerts.profile`)."""
         return thresholds(signal_id, self.alerts.profile, self.config.signals)
 
+    def objectives(self) -> dict:
+        """The `slo:` objectives in force, in the catalog's order (kind -> {target, threshold_seconds})."""
+        from exporter.catalog_slo import KINDS
+        return {k.id: self.config.slo[k.id] for k in KINDS if k.id in self.config.slo}
+
     def _overrides(self, signal_id: str) -> dict:
         return {k: v for k, v in (self.config.signals.get(signal_id) or {}).items() if k != "enabled"}
 

@@ -13,6 +13,7 @@ from exporter.catalog_native import (
     native_metric_names,
     signal_sources,
 )
+from exporter.catalog_serving import SOURCE_NOTES
 from exporter.config import Config
 
 PATH = "docs/signal-sources.md"
@@ -54,6 +55,8 @@ def signal_sources_md() -> str:
         logs = ", ".join(f"`{x}`" for x in e["log"]) or "—"
         metrics = ", ".join(f"`{x}`" for x in e["metrics"]) or "—"
         lines.append(f"| `{s.id}` | {logs} | {metrics} | {e['releases']} |")
+    lines += ["", "## Serving signals: what feeds them where", ""]
+    lines += [f"- `{sid}`: {text}" for sid, text in SOURCE_NOTES.items()]
     lines += ["", "## SGLang metric families read", "",
               "Each value the exporter keeps and the SGLang families that feed it, the first listed winning "
               "when a scrape carries several (renames across releases are one value with two families).", "",

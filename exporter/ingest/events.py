@@ -28,6 +28,8 @@ KINDS = (
     "init_failed",          # "Initialization failed. warmup error: ..."
     "subprocess_crash",     # "Subprocess X (pid=N) crashed with exit code N."
     "nccl_timeout",         # PyTorch ProcessGroupNCCL watchdog caught collective operation timeout
+    "request_error",        # "Error in request: ..." and the other handled errors of one request (the server
+                            # kept serving; a traceback after it is part of it), client disconnects included
     "gc_warning",           # "LONG GARBAGE COLLECTION DETECTED | ..."
     "http_access",          # uvicorn access line: INFO:     127.0.0.1:1234 - "GET /metrics HTTP/1.1" 200 OK
     "request_log",          # --log-requests "Receive: obj=..." / "Finish: obj=..."

@@ -129,6 +129,9 @@ class Simulator:
             if s - self._last_tick >= 30 and self.family == "0.5.23":
                 for r in self.metrics.ranks:
                     r.throughput = 0.0
+            if phase.scheduler_idle:       # no batch to run, the queue gauge as last reported: busy-looking idle
+                for r in self.metrics.ranks:
+                    r.idle_seconds += 1.0
             return out
         self._last_tick = s
         out.extend(self._tick(s, when, phase))
@@ -181,6 +184,8 @@ class Simulator:
                                 gen_throughput=tput, queue=queue, cuda_graph=graph, dp_rank=d, tp_rank=0))
             r = m.ranks[d]
             r.running, r.queue, r.usage, r.tokens, r.throughput = running, queue, usage, tokens, tput
+            if running == 0 and queue == 0:
+                r.idle_seconds += 1.0
             r.hit_rate = phase.cache_hit_rate if self.family == "0.5.23" else 0.0
             self._model_rank(r, phase, running, queue)
             total_running += running

@@ -35,6 +35,7 @@ RANK_GAUGES = {
     "decode_transfer_queue": "pd_decode_transfer",
 }
 SCHEDULER_COUNTERS = {"retracted_requests": "retracted"}
+RANK_COUNTERS = {"idle_seconds": "idle_seconds"}     # one series per DP rank (scheduler labels)
 TOKENIZER_COUNTERS = {"prompt_tokens": "prompt_tokens", "generation_tokens": "generation_tokens",
                       "requests": "requests", "cached_tokens": "cached_tokens"}
 HISTOGRAMS = {"ttft": "ttft", "itl": "itl", "e2e": "e2e", "queue_time": "queue_time"}
@@ -100,6 +101,7 @@ class RankState:
         self.retracted_last = 0
         self.pd_prefill_bootstrap = self.pd_prefill_prealloc = self.pd_prefill_inflight = 0
         self.pd_decode_prealloc = self.pd_decode_transfer = 0
+        self.idle_seconds = 0.0       # scheduler_idle_seconds_total (0.5.20+)
 
 
 class ServerState:
@@ -166,6 +168,15 @@ def families(fmt: str, state: ServerState, scheduler_labels, tokenizer_labels: d
             labels = {**scheduler_labels(d), **({"pid": str(pid + d)} if per_process else {})}
             fam.add_metric(list(labels.values()), float(getattr(r, attr)))
         out.append(fam)
+    for value, attr in RANK_COUNTERS.items():
+        found = emitted(value) if newest else None
+        if found is None:
+            continue
+        name, doc, _ = found
+        per_rank = CounterMetricFamily(name, doc, labels=list(scheduler_labels(0)))
+        for d, r in ranks:
+            per_rank.add_metric(list(scheduler_labels(d).values()), float(getattr(r, attr)))
+        out.append(per_rank)
     for table, labels in ((SCHEDULER_COUNTERS, scheduler_labels(0)), (TOKENIZER_COUNTERS, tokenizer_labels)):
         for value, attr in table.items():
             found = emitted(value)

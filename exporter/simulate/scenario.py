@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from exporter.catalog_model import PROFILES
+
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 FAMILIES = ("0.3", "0.4.7", "0.5.8", "0.5.23")
 DEFAULT_FORMAT = "0.5.23"
@@ -53,6 +55,7 @@ class Phase:
     pd_queue: object = 0                      # PD disaggregation: requests in this server's transfer queues
     events: list = field(default_factory=list)
     silent: bool = False
+    scheduler_idle: bool = False              # silent: the scheduler idles (counts idle time) instead of hanging
 
 
 @dataclass
@@ -67,6 +70,7 @@ class Scenario:
     max_total_num_tokens: int | None = None
     phases: list = field(default_factory=lambda: [Phase()])
     path: str = ""
+    profile: str | None = None        # the workload profile it plays (the demo judges it by that profile)
 
     @property
     def duration(self) -> float:
@@ -75,8 +79,8 @@ class Scenario:
 
 _PHASE_KEYS = {"duration", "queue", "running", "token_usage", "gen_throughput", "cuda_graph",
                "retractions_per_minute", "latency", "prompt_tokens", "cache_hit_rate", "spec_accept_length",
-               "pd_queue", "events", "silent"}
-_TOP_KEYS = {"description", "format", "layout", "server_args", "startup", "phases"}
+               "pd_queue", "events", "silent", "scheduler_idle"}
+_TOP_KEYS = {"description", "profile", "format", "layout", "server_args", "startup", "phases"}
 
 
 def _num(v) -> bool:
@@ -154,6 +158,10 @@ def _parse_phase(fname: str, i: int, raw) -> Phase:
         if not isinstance(raw["silent"], bool):
             raise ScenarioError(f"{fname}: {where}.silent: expected true or false")
         p.silent = raw["silent"]
+    if "scheduler_idle" in raw:
+        if not isinstance(raw["scheduler_idle"], bool):
+            raise ScenarioError(f"{fname}: {where}.scheduler_idle: expected true or false")
+        p.scheduler_idle = raw["scheduler_idle"]
     events = raw.get("events") or []
     if not isinstance(events, list):
         raise ScenarioError(f"{fname}: {where}.events: expected a list")
@@ -189,6 +197,10 @@ def parse_scenario(data, name: str, fname: str, path: str = "") -> Scenario:
     if not isinstance(desc, str):
         raise ScenarioError(f"{fname}: description: expected text")
     sc.description = desc.strip()
+    profile = data.get("profile")
+    if profile is not None and profile not in PROFILES:
+        raise ScenarioError(f"{fname}: profile: expected one of {', '.join(PROFILES)}, got {profile!r}")
+    sc.profile = profile
     fmt = str(data.get("format", DEFAULT_FORMAT))
     if fmt not in FAMILIES:
         raise ScenarioError(f"{fname}: format: expected one of {', '.join(FAMILIES)}, got {fmt!r}")

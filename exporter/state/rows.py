@@ -1,23 +1,27 @@
 """What batch lines, access lines and request logs do to ServerState, read as Rows (events.py): the hot path.
 
-Nearly every line of a log is a Row, and what a Row does depends only on its layout and its rank: an access line
-or a request log is only counted; a batch line updates its rank's gauges (lazily: see `apply_row`); a scheduler
+Nearly every line of a log is a Row, and what a Row does depends only on its layout and its rank: a request log
+is only counted, an access line too unless it answered a POST (an inference request: its status feeds the error
+rate, state/errors.py); a batch line updates its rank's gauges (lazily: see `apply_row`); a scheduler
 leader's decode line is also a sample (`classify`), and a leader's batch lines may feed the tuning tallies. So
 that is decided once per (layout, rank) and kept in a slot, and `apply_rows` applies a run of Rows in one loop
 (the `analyze` replay) where `apply_row` takes one at a time (`serve`): both do the same through the same slots.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from exporter.ingest.events import as_event
+from exporter.state.errors import RequestOutcomes
 from exporter.state.parts import StatePart
 from exporter.state.ranks import MAX_RANKS, OTHER_RANK, RankValues, rank_label
 from exporter.state.tuning import LogTuning, line_reader, numbers
 from exporter.state.windows import HitWindow
 
 MAX_ROW_SLOTS = 4096     # (layout, rank) slots kept; past it they are all learned again
-# what a Row does, by slot (see _row_slot): counted only; a batch line whose numbers wait unread; a sample
-COUNT, GAUGE, SAMPLE = 0, 1, 2
+# what a Row does, by slot (see _row_slot): counted only; a batch line whose numbers wait unread; a sample; an
+# access line (counted, and a POST's status kept)
+COUNT, GAUGE, SAMPLE, ACCESS = 0, 1, 2, 3
 
 
 class BatchRows(StatePart):
@@ -26,6 +30,7 @@ class BatchRows(StatePart):
 
     # what it feeds of the rest of ServerState (ServerState.__init__ sets them)
     events_total: dict[str, int]
+    outcomes: RequestOutcomes
     last_batch_t: float | None
     last_progress_t: float | None
     samples: HitWindow
@@ -48,6 +53,10 @@ class BatchRows(StatePart):
     _graph_default_bs: Any
     _cap: Any
     _graph_max_bs: Any
+    _queued_cap: Any           # the admission cap's queue length (ServingFeed; None: no cap known)
+
+    if TYPE_CHECKING:
+        def admission_sample(self, now: float, queue) -> None: ...
 
     def apply_row(self, row: tuple, now: float) -> None:
         """A line still in its learned layout (events.Row), at `now`: what apply_event does with its Event, without
@@ -64,6 +73,9 @@ class BatchRows(StatePart):
         except KeyError:
             self.events_total[kind] = 1
         if code == COUNT:
+            return
+        if code == ACCESS:
+            self._access_row(row, now)
             return
         self.last_batch_t = self.last_progress_t = now
         if tune:
@@ -111,6 +123,9 @@ class BatchRows(StatePart):
             counts[k] += 1
             if code == COUNT:
                 continue
+            if code == ACCESS:
+                self._access_row(item, last)
+                continue
             batch_t = last
             if tune:
                 self._tuning_row(shape, shape.kind, item, last)
@@ -147,7 +162,7 @@ class BatchRows(StatePart):
             self._row_kinds.append(kind)
             self._row_counts.append(0)
         rv: RankValues | None = None
-        code, tune = COUNT, False
+        code, tune = (ACCESS if kind == "http_access" else COUNT), False
         if shape.batch:
             rv, sample = self._batch_rank(rank)
             code = SAMPLE if sample and kind == "decode_batch" else GAUGE
@@ -160,6 +175,13 @@ class BatchRows(StatePart):
         by_rank[id(rank)] = slot = (code, k, rv, tune)
         self._slot_ranks.append(rank)    # alive while its slot is: no other dict can take its id meanwhile
         return slot
+
+    def _access_row(self, row: tuple, now: float) -> None:
+        """An access line read as a Row: a POST's Event is built (the few inference responses), others only
+        counted (health checks and scrapes are GETs)."""
+        if '"POST ' in row[1]:
+            f = as_event(row).fields
+            self.outcomes.access(f.get("method", ""), f.get("status", 0), now)
 
     def _forget_row_slots(self) -> None:
         """Every slot is learned again from the next Row on (the leaders or the rank table changed)."""
@@ -262,6 +284,8 @@ class BatchRows(StatePart):
             w.start(now)
         b = self._tally
         if queue is not None:
+            if self._queued_cap is not None:
+                self.admission_sample(now, queue)
             if self._min_queue is not None:
                 b[0] += 1
                 if queue < self._min_queue:

@@ -6,6 +6,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from exporter.catalog_native import family_values
+from exporter.state.errors import RequestOutcomes
 from exporter.state.parts import StatePart
 from exporter.state.ranks import MAX_RANKS, RankValues, rank_label
 from exporter.state.windows import MAX_WINDOW_SAMPLES, Histogram, TimeWindow
@@ -33,11 +34,16 @@ class ScrapeFeed(StatePart):
     retractions: TimeWindow
     retractions_total: int
     retracted_requests_total: int
+    outcomes: RequestOutcomes
 
     if TYPE_CHECKING:
         def _new_rank(self, key: tuple) -> RankValues: ...
 
         def classify(self, now: float, queue, running, usage, cuda_graph) -> None: ...
+
+        def serving_scrape(self, scrape, now: float) -> None: ...
+
+        def forget_serving(self) -> None: ...
 
     def apply_scrape(self, scrape, now: float) -> None:
         """Fold one successful scrape of SGLang's /metrics (exporter.scrape.ScrapeResult) into state. Its numbers
@@ -95,6 +101,9 @@ class ScrapeFeed(StatePart):
             self.last_progress_t = now
         if not self.log_fed:
             self._scrape_retractions(scrape, now)
+        self.outcomes.scrape(now, self._increase("responses", scrape), self._increase("responses_5xx", scrape),
+                             self._increase("aborted_requests", scrape), self._increase("requests", scrape))
+        self.serving_scrape(scrape, now)
         for name, buckets in scrape.histograms.items():
             h = self.histograms.setdefault(name, Histogram())
             h.snapshots.append((now, buckets))
@@ -189,6 +198,7 @@ class ScrapeFeed(StatePart):
         self.native = {}
         self.native_present = frozenset()
         self.scrape_samples.clear()
+        self.forget_serving()
 
 
 def pool_usage(vals: dict):

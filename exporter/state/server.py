@@ -18,19 +18,23 @@ from exporter import flags
 from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
 from exporter.failures import CRASH_KINDS, STAGE_KINDS, FailureTracker
 from exporter.ingest.events import Event
+from exporter.state.errors import RequestOutcomes
 from exporter.state.ranks import MAX_RANKS, RankValues, fields_shape, per_scheduler, rank_label
 from exporter.state.rows import BatchRows
 from exporter.state.scraped import ScrapeFeed
+from exporter.state.serving import ServingFeed
 from exporter.state.startup import _MEMORY_READINGS, MAX_RESTART_EVIDENCE, StartupFacts
 from exporter.state.tuning import LogTuning
 from exporter.state.windows import Histogram, HitWindow, TimeWindow
 
+# the event kinds apply_event reads beyond batch lines
 _STATE_KINDS = frozenset(("retraction", "oom", "watchdog_timeout", "memory_config", "server_args", "load_weight",
-                          "server_ready")) | CRASH_KINDS | STAGE_KINDS   # the other event kinds apply_event reads
+                          "server_ready", "http_access", "request_error")) | CRASH_KINDS | STAGE_KINDS
+_SERVING_KINDS = frozenset(("server_args", "load_weight", "server_ready"))   # start-up durations (ServingFeed)
 FRACTION_SIGNALS = ("queue_below_range", "queue_above_range", "kv_cache_underused", "concurrency_capped")
 
 
-class ServerState(BatchRows, StartupFacts, ScrapeFeed):
+class ServerState(BatchRows, StartupFacts, ScrapeFeed, ServingFeed):
     """One SGLang server's state; Rows, the start-up and /metrics parts are its bases' jobs."""
 
     def __init__(self, params: dict[str, dict | None], log_fed: bool = True):
@@ -81,17 +85,22 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         self._cap_fraction = param("concurrency_capped", "running_fraction")
         self._cap_max_usage = param("concurrency_capped", "max_usage")
         self._graph_default_bs = param("cuda_graph_off_small_batch", "default_max_bs")
+        self._resume_seconds = param("server_crashed", "resume_seconds") or 30.0
         self._tally = self.samples.tally     # classify counts in it (one list for the window's life)
         self.tuning = LogTuning(params)      # what leaders' batch lines say for the tuning signals
         self._tuning_shapes: dict = {}       # learned layout -> whether its lines feed self.tuning
+        self._serving_init(params, window)
         self._limits()
         self.retractions = TimeWindow(max(window["retractions_frequent"], window["retraction_storm"]))
         self.ooms = {"prefill": TimeWindow(window["oom_prefill"]), "decode": TimeWindow(window["oom_decode"])}
         self.watchdogs = TimeWindow(window["stalled"])
+        self.outcomes = RequestOutcomes(window["error_rate"])
         # the windows expire() drops from (made once: a new epoch clears them in place)
         tuning_time = tuple(w for w in self.tuning.windows if isinstance(w, TimeWindow))
-        self._hit_windows = (self.samples, *(w for w in self.tuning.windows if not isinstance(w, TimeWindow)))
-        self._time_windows = (self.retractions, *self.ooms.values(), self.watchdogs, *tuning_time)
+        self._hit_windows = (self.samples, self.admission,
+                             *(w for w in self.tuning.windows if not isinstance(w, TimeWindow)))
+        self._time_windows = (self.retractions, *self.ooms.values(), self.watchdogs, *tuning_time,
+                              *self.outcomes.windows)
         self.histograms: dict[str, Histogram] = {}
         self.latency_window = window["latency_high"]
         # counters: never go backwards, across restarts too
@@ -142,14 +151,22 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         except KeyError:
             self.events_total[kind] = 1
         if kind not in _STATE_KINDS:
-            return                    # access lines, request logs, ...: counted only
+            return                    # request logs, ...: counted only
+        if kind == "http_access":     # a POST's status feeds the error rate; health checks and scrapes are GETs
+            if f.get("method") == "POST":
+                self.outcomes.access("POST", f.get("status", 0), now)
+            return
+        if kind in _SERVING_KINDS:
+            self.serving_event(kind, ev, now)
         if ev.ts is not None:
             last = self._source_t.get(ev.source)
             if last is None or ev.ts > last:
                 if last is None and len(self._source_t) >= MAX_RANKS:
                     self._source_t.clear()
                 self._source_t[ev.source] = ev.ts
-        if kind == "retraction":
+        if kind == "request_error":
+            self.outcomes.request_error(f, now)
+        elif kind == "retraction":
             if f.get("testing"):
                 return
             # every TP rank of a scheduler group prints the same retraction; count it once per DP rank, from
@@ -199,7 +216,7 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
             self.failures.server_ready()
         elif kind in CRASH_KINDS:
             self._crashed = True
-            self.failures.failure(kind, f, now, ev.line)
+            self.failures.failure(kind, f, now, ev.line, self.last_batch_t, self._resume_seconds)
         elif kind in STAGE_KINDS:
             stage_phase = f.get("phase")
             self._startup_line(kind, ev, now)
@@ -223,6 +240,7 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         if chunk is None:
             chunk = self.server_args.get("chunked_prefill_size")
         self.chunk_size = chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else None
+        self._admission_limits()
 
     # ------------------------------------------------------------------ durability
     _COUNTERS = ("retractions_total", "retracted_requests_total", "watchdog_total", "restarts")
@@ -266,6 +284,7 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         edge = now - self.scrape_window
         while self.scrape_samples and self.scrape_samples[0][0] < edge:
             self.scrape_samples.popleft()
+        self.expire_serving(now)
 
     def retractions_per_minute(self, now: float, window: float) -> float:
         """Retraction events per minute over the last `window` seconds, exactly. Which span to take is the
@@ -277,6 +296,11 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed):
         if not self._ranks:
             return None
         return sum((rv.queue or 0) + (rv.running or 0) for rv in self.schedulers().values())
+
+    def scraped_queue(self) -> float | None:
+        """The waiting queue of SGLang's last scrape (num_queue_reqs, summed over ranks); None when not scraped."""
+        queues = [v["queue"] for v in self.native.values() if v.get("queue") is not None]
+        return float(sum(queues)) if queues else None
 
     def schedulers(self) -> dict:
         """per_scheduler(self.ranks), kept until a rank is added or the table is cleared (the RankValues in it

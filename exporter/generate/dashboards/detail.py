@@ -7,6 +7,7 @@ from exporter.catalog_native import native_metric_names
 from exporter.generate.dashboards.health import exporter_health_panels, per_rank_panels
 from exporter.generate.dashboards.model import DashboardSpec, Limits, Panel, Target, dashed, gib, num, row
 from exporter.generate.dashboards.native import native_panels
+from exporter.generate.dashboards.objectives import objective_panels
 from exporter.generate.dashboards.queries import (
     EXPORTER_SELECTOR,
     PER_SERVER,
@@ -19,6 +20,7 @@ from exporter.generate.dashboards.queries import (
     sglang,
     sglang_family,
 )
+from exporter.generate.dashboards.serving import serving_panels
 
 UID = "sglang-detail"
 TITLE = "SGLang / Detail"
@@ -219,5 +221,5 @@ def latency_panels(limits: Limits) -> list[Panel]:
 def detail(limits: Limits) -> DashboardSpec:
     return DashboardSpec(UID, TITLE, DESCRIPTION,
                          [*batch_panels(limits), *kv_cache_panels(limits), *memory_panels(limits),
-                          *latency_panels(limits), *native_panels(limits), *per_rank_panels(limits),
-                          *exporter_health_panels(limits)])
+                          *latency_panels(limits), *objective_panels(), *native_panels(limits),
+                          *serving_panels(limits), *per_rank_panels(limits), *exporter_health_panels(limits)])

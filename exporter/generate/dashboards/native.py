@@ -5,6 +5,7 @@ from __future__ import annotations
 from exporter.catalog_native import PD_QUEUES
 from exporter.generate.dashboards.model import Limits, Panel, Target, num, row
 from exporter.generate.dashboards.queries import (
+    EXPORTER_SELECTOR,
     PER_NATIVE_RANK,
     PER_SERVER,
     absent_value_text,
@@ -118,7 +119,34 @@ def _pd_queues(limits: Limits) -> Panel:
         no_value=absent_value_text(*PD_QUEUES, condition="PD disaggregation only"))
 
 
+def _errors(limits: Limits) -> Panel:
+    objective = limits.defaults("error_rate")["max_ratio"]
+    outage = limits.defaults("errors_nearly_all")["min_ratio"]
+    responses, aborted, finished = sglang("responses"), sglang("aborted_requests"), sglang("requests")
+    post, server_error = 'method="POST"', 'status_code=~"5.."'
+
+    def rate(name: str, *matchers: str) -> str:
+        # http_responses_total has no model_name label: the model variable cannot select it
+        inner = ", ".join((EXPORTER_SELECTOR, *matchers))
+        return f"sum by ({PER_SERVER}) (rate({name}{{{inner}}}[$__rate_interval]))"
+    return Panel(
+        "Failed requests", "timeseries", "percentunit", min=0, max=1,
+        shows=f"Share of inference (POST) responses that were server errors ({responses}, 5xx; SGLang 0.5.23+) and "
+              f"share of requests aborted ({aborted} over {finished}; 0.4.7+), with the error_rate objective "
+              f"({num(objective)}: a ticket) and the errors_nearly_all line ({num(outage)}: a page). Health "
+              f"checks are GETs and not counted; {responses} has no model_name label, so its line ignores the "
+              "model selection.",
+        good=f"below {num(objective)}; aborts that follow clients going away are normal.",
+        bad="5xx above the objective: read SGLang's log for `Error in request:` lines (the cause); near 1: an "
+            "outage while the process is up.",
+        targets=[Target(f"{rate(responses, post, server_error)}\n/\n{rate(responses, post)}",
+                        "{{instance}} 5xx share"),
+                 Target(f"{rate_per_server(aborted)}\n/\n{rate_per_server(finished)}", "{{instance}} aborted share")],
+        steps=[(None, "transparent"), (objective, "orange"), (outage, "red")], style="dashed",
+        no_value=absent_value_text("responses", "aborted_requests", "requests"))
+
+
 def native_panels(limits: Limits) -> list[Panel]:
-    return [row("SGLang /metrics: cache, queue wait, pools, speculation, PD"),
+    return [row("SGLang /metrics: cache, queue wait, pools, speculation, PD, errors"),
             _prefix_cache(limits), _queue_wait(limits), _hybrid_pools(limits), _memory_pressure(limits),
-            _speculation(limits), _pd_queues(limits)]
+            _speculation(limits), _pd_queues(limits), _errors(limits)]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from exporter.ingest.grammar.layouts import _SKELETON
 from exporter.ingest.grammar.messages import _MALFORMED, _Pending
 from exporter.ingest.grammar.patterns import (
+    _ACCESS,
     _ANCHOR,
     _MULTILINE,
     MAX_KNOWN_PREFIXES,
@@ -64,7 +65,9 @@ def find_record(p: Parser, text: str, lineno: int, container_time: str | None, o
         # inside a traceback or a request's raw text only a dated prefix starts a record (a bare message
         # does too in a file without prefixes, as a request's text cannot be told from it there)
         if (p._pending is not None or p._in_request) and layout.time is None and not (
-                start == 0 and not p._prefixed):
+                start == 0 and not p._prefixed) and not (start == 0 and p._pending is not None
+                                                         and _ACCESS.match(text)):
+            # (uvicorn's access line, undated, ends a traceback: a handled request error's 500 follows it)
             return False
         if layout.tags is not None and (head == "D" or head == "P") and _batch_by_shape(p,
                 text, msg, layout, lineno, container_time, out):

@@ -19,7 +19,9 @@ from exporter.ingest.grammar.patterns import (
     _TRY_ALLOC,
     _UNIT_BYTES,
     _WATCHDOG,
+    DISCONNECTED,
     GIB,
+    REQUEST_ERROR_STARTS,
     _rid,
     _unquoted,
     request_phase,
@@ -68,6 +70,8 @@ def message(msg: str, time_only: bool, batch):
         return _kv_alloc(msg)
     if msg.startswith("Capture ") and (" begin" in msg or " end" in msg):
         return _capture(msg)
+    if msg.startswith(REQUEST_ERROR_STARTS):     # before the phrases below: its text may quote anything
+        return _request_error(msg)
     if "atchdog timeout (" in msg:
         m = _WATCHDOG.search(msg)
         if m and _unquoted(msg, m.start()):
@@ -99,6 +103,15 @@ def message(msg: str, time_only: bool, batch):
     if m and _unquoted(msg, m.start()):
         return Event("oom", _oom_fields(msg, "unknown"))
     return None
+
+def _request_error(msg: str) -> Event:
+    """A request that failed while the server kept serving (patterns.REQUEST_ERRORS). `message` is the
+    record's first line (the error as SGLang printed it: it may quote the request, so it is only ever shown,
+    never parsed); `disconnected`: the client went away and SGLang aborted the request."""
+    first = msg.split("\n", 1)[0]
+    disconnected = DISCONNECTED in first or first.startswith("[http_server] Client disconnected")
+    return Event("request_error", {"message": first[:300], "disconnected": disconnected})
+
 
 def _foreign(text: str) -> str:
     """What a line without any SGLang message looks like (`parse --stats`, the analyze report)."""

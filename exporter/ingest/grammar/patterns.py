@@ -147,7 +147,42 @@ def _wrapping(text: str, m) -> bool:
     if not _unquoted(text, start):
         return False
     return not request_marked(text) or request_phase(text[m.end():m.end() + 4000]) is not None
-_MULTILINE = frozenset({"scheduler_exception", "oom"})
+_MULTILINE = frozenset({"scheduler_exception", "oom", "request_error"})
+
+# SGLang's handled request errors: the HTTP server or an OpenAI-compatible handler caught an exception of one
+# request, answered it with an error status and kept serving. Some log it with `logger.exception`, so a
+# traceback without prefix follows: it belongs to this record (a request error), never a crash.
+# (message start, where it is logged, releases)
+REQUEST_ERRORS = (
+    ("Error in request: ", "openai/serving_base.py, logger.exception, 500 (0.4.9+)"),
+    ("[http_server] Error: ", "http_server.py /generate, a ValueError, 400 (0.5.0+)"),
+    ("[http_server] Client disconnected: ", "http_server.py /generate stream, client left (0.5.23)"),
+    ("Error in preprocessing prompt inputs", "openai/serving_responses.py, logger.exception (0.5.0+)"),
+    ("Background request failed for ", "openai/serving_responses.py, logger.exception (0.5.0+)"),
+    ("Error handling VL reranker request", "openai/serving_rerank.py, logger.exception (0.5.2x)"),
+    ("Error processing Anthropic request: ", "anthropic/serving.py, logger.exception (0.5.x)"),
+    ("Error converting Anthropic request: ", "anthropic/serving.py, logger.exception (0.5.x)"),
+    ("Error converting streaming request: ", "anthropic/serving.py, logger.exception (0.5.x)"),
+    ("Error converting count_tokens request: ", "anthropic/serving.py, logger.exception (0.5.x)"),
+    ("Error counting tokens: ", "anthropic/serving.py, logger.exception (0.5.x)"),
+    ("Failed to open OpenAI stream: ", "anthropic/serving.py, logger.exception (0.5.x)"),
+    ("OpenAI stream raised mid-flight: ", "anthropic/serving.py, logger.exception (0.5.x)"),
+    ("Error in detect_and_parse: ", "function_call/*_detector.py, a tool call not parsed, some exc_info (0.4.x+)"),
+    ("Error in Kimi K3 detect_and_parse: ", "function_call/kimik3_detector.py, exc_info (0.5.2x)"),
+    ("Error in parse_streaming_increment: ", "function_call/*_detector.py, a streamed tool call (0.4.x+)"),
+    ("Error in pythonic tool call parsing", "function_call/pythonic_detector.py, logger.exception (0.4.x+)"),
+    ("Tool call parsing error: ", "openai/serving_chat.py, serving_responses.py (0.5.x)"),
+    ("Reasoning parsing error: ", "openai/serving_chat.py (0.5.x)"),
+    ("Error in dynamic batch processing: ", "managers/async_dynamic_batch_tokenizer.py (0.5.x)"),
+    ("Error: ", "http_server.py /generate, a ValueError, 400 (0.4.x)"),
+    ("Exception: ", "openai_api/adapter.py stream, logger.error (0.4.x)"),
+    ("error: ", "openai_api/adapter.py batch file, logger.error with the traceback text (0.4.x)"),
+    ("error in SGLang:", "openai_api/adapter.py, logger.error (0.4.x)"),
+)
+REQUEST_ERROR_STARTS = tuple(start for start, _ in REQUEST_ERRORS)
+# the tokenizer manager's ValueError when the client went away (0.4.x-0.5.23: "(type 1)" waiting, "(type 3)"
+# running); the request is aborted, so its work leaves the queue
+DISCONNECTED = "Request is disconnected from the client side"
 
 
 def _closed_quotes(text: str, end: int) -> bool:

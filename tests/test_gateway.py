@@ -1,0 +1,162 @@
+"""The gateway's rules and board select only series the gateway really emits (names and label names from the
+release data, exporter/releases/gateway.json), under both spellings where both carry the meaning."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from exporter.catalog_gateway import GATEWAY_SIGNALS
+from exporter.catalog_metrics import METRICS
+from exporter.config import Config
+from exporter.generate import gateway as gen
+from exporter.generate.settings import RuleSettings
+from exporter.releases import gateway as releases
+
+RENDERED = gen.render(Config())
+RULES = yaml.safe_load(RENDERED[f"alerts/{gen.RULES}"])["groups"][0]["rules"]
+BOARD = json.loads(RENDERED[f"dashboards/{gen.UID}.json"])
+GATEWAY_NAME = re.compile(r"\b((?:smg|sgl_router)_[a-z0-9_]+)(\{[^}]*\})?")
+SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def _family(name: str) -> str:
+    if name in releases.families():
+        return name
+    for suffix in SUFFIXES:
+        if name.endswith(suffix) and name.removesuffix(suffix) in releases.families():
+            return name.removesuffix(suffix)
+    raise AssertionError(f"{name}: no gateway release emits it")
+
+
+def _selections(expr: str):
+    """(family, label names its matchers use) for every gateway series selector of a PromQL expression."""
+    for name, matchers in GATEWAY_NAME.findall(expr):
+        yield _family(name), set(re.findall(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!=|!~|=)", matchers or ""))
+
+
+EXPRS = [(r["alert"], r["expr"]) for r in RULES] + [
+    (p["title"], t["expr"]) for p in BOARD["panels"] for t in p.get("targets", [])]
+
+
+@pytest.mark.parametrize(("where", "expr"), EXPRS, ids=[w for w, _ in EXPRS])
+def test_every_selector_names_a_family_and_labels_the_gateway_emits(where, expr):
+    identity = set(RuleSettings().join_labels) | {"namespace"}
+    for family, labels in _selections(expr):
+        emitted = set(releases.family(family).labels)
+        assert labels - identity <= emitted, f"{where}: {family} has labels {sorted(emitted)}, not {labels}"
+    # a `by`/`on` label beyond the target's identity must be one the grouped families carry (worker, le)
+    grouped = set()
+    for clause in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", expr):
+        grouped |= {x.strip() for x in clause.split(",") if x.strip()}
+    families = {f for f, _ in _selections(expr)}
+    made = set(re.findall(r'"(\w+)",\s*"\$1"', expr))           # labels the rule writes with label_replace
+    exporter = {lab for m in METRICS if m.name in expr for lab in m.labels}   # the sidecar's, in a joined rule
+    for label in grouped - identity - made - exporter - {"le"}:
+        assert any(label in releases.family(f).labels for f in families), f"{where}: no family carries {label}"
+
+
+def test_the_peers_label_mistakes_are_absent():
+    """The gateway says status_code (not status) and result (not decision)."""
+    text = RENDERED[f"alerts/{gen.RULES}"] + RENDERED[f"dashboards/{gen.UID}.json"]
+    assert not re.search(r"\bstatus\s*=", text)
+    assert not re.search(r"\bdecision\s*=", text)
+    assert 'status_code=~\\"5..\\"' in RENDERED[f"dashboards/{gen.UID}.json"]
+
+
+@pytest.mark.parametrize("signal", GATEWAY_SIGNALS, ids=[s.id for s in GATEWAY_SIGNALS])
+def test_every_signal_reads_families_a_release_defines_and_tolerates_the_old_spelling(signal):
+    rule = next(r for r in RULES if r["alert"] == signal.alert)
+    for fam in signal.families:
+        assert releases.family(fam).line == "gateway"
+        for name in releases.spellings(fam):
+            assert re.search(rf"\b{name}(_sum|_count|_bucket)?\b", rule["expr"]), f"{signal.alert} does not read {name}"
+
+
+def test_release_data_is_consistent():
+    assert releases.check() == []
+    assert releases.releases("gateway")[0] == "1.0.1"
+    assert releases.family("sgl_router_cb_state").last == "0.2.4"     # renamed in sglang-router 0.3.0
+    assert releases.family("smg_http_responses_total").labels == ("error_code", "path", "status_code")
+    assert releases.family("smg_http_rate_limit_total").labels == ("result",)
+
+
+def test_board_links_to_the_engine_boards():
+    urls = [link.get("url", "") for link in BOARD["links"]]
+    for _, uid in gen.ENGINE_BOARDS:
+        assert any(f"/d/{uid}" in u for u in urls)
+
+
+# ---- the simulator's expositions and the deploy objects ----
+
+@pytest.mark.parametrize("release", ["1.9.0", "1.0.1", "0.3.2", "0.2.4"])
+def test_simulator_speaks_the_release_names_and_its_incidents_show(release):
+    from exporter.simulate.gateway import GatewaySimulator, uses_old_names
+    sim = GatewaySimulator(release, workers=2)
+    sim.advance(10)
+    sim.set_healthy(0, False)
+    sim.open_breaker(1)
+    sim.advance(10)
+    text = sim.metrics_text()
+    names = {line.split("{")[0].split()[0] for line in text.splitlines() if line and not line.startswith("#")}
+    prefix = "sgl_router_" if uses_old_names(release) else "smg_"
+    assert all(n.startswith(prefix) for n in names)
+    for n in names:
+        _family(n)                                   # every served name is one a release defines
+    health = "sgl_router_worker_health" if prefix == "sgl_router_" else "smg_worker_health"
+    cb = "sgl_router_cb_state" if prefix == "sgl_router_" else "smg_worker_cb_state"
+    assert f'{health}{{worker="http://10.0.1.1:30000"}} 0' in text
+    assert f'{cb}{{worker="http://10.0.1.2:30000"}} 1' in text
+
+
+def test_simulator_rejects_an_unknown_release():
+    from exporter.simulate.gateway import GatewaySimulator
+    with pytest.raises(ValueError, match="9.9.9: not a gateway release"):
+        GatewaySimulator("9.9.9")
+
+
+def _helm(*sets: str):
+    import subprocess
+
+    from helm_render import CHART, tool
+    args = [tool("helm"), "template", "t", str(CHART), "--set", "sglang.podSelector.matchLabels.app=sglang"]
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def test_chart_scrapes_the_gateway_port_and_ships_its_rules_only_when_enabled():
+    off = _helm()
+    assert off.returncode == 0, off.stderr
+    docs = [d for d in yaml.safe_load_all(off.stdout) if d]
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-gateway") or "gateway-rules" in d["metadata"]["name"]]
+    board = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboards"))
+    assert f"{gen.UID}.json" in board["data"]
+    on = _helm("gateway.enabled=true", "gateway.podSelector.matchLabels.app=smg")
+    assert on.returncode == 0, on.stderr
+    docs = [d for d in yaml.safe_load_all(on.stdout) if d]
+    monitor = next(d for d in docs if d["kind"] == "PodMonitor" and d["metadata"]["name"].endswith("-gateway"))
+    endpoint = monitor["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["targetPort"] == gen.METRICS_PORT
+    assert endpoint["relabelings"][0]["replacement"] == gen.GATEWAY_JOB
+    rule = next(d for d in docs if d["kind"] == "PrometheusRule" and d["metadata"]["name"].endswith("gateway-rules"))
+    assert rule["spec"] == gen.rule_file(gen.RuleSettings(Config()))
+    svc = _helm("gateway.enabled=true", "gateway.monitor=ServiceMonitor", "gateway.service.selector.matchLabels.app=smg")
+    assert svc.returncode == 0, svc.stderr
+    assert any(d["kind"] == "ServiceMonitor" and d["metadata"]["name"].endswith("-gateway")
+               for d in yaml.safe_load_all(svc.stdout) if d)
+    missing = _helm("gateway.enabled=true")
+    assert missing.returncode != 0 and "gateway.podSelector" in missing.stderr
+
+
+def test_kustomize_component_builds():
+    import subprocess
+
+    from helm_render import ROOT, tool
+    out = subprocess.run([tool("kubectl"), "kustomize", str(ROOT / gen.COMPONENT)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
+    assert kinds == ["ConfigMap", "PodMonitor", "PrometheusRule"]
