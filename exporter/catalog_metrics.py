@@ -76,7 +76,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_signal_state_duration_seconds", "gauge", "Seconds the signal has been in its current "
                "state.", ("signal",)),
     MetricSpec(f"{NS}_failure_cause_info", "gauge", "The cause of a firing failure signal: the last exception "
-               "line of the traceback (at most 200 characters) and its class (cuda_oom, nccl, timeout, assertion, "
+               "line of the traceback with its numbers as N, at most 120 characters (the line as written is in "
+               "/api/v1/signals), and its class (cuda_oom, nccl, timeout, assertion, "
                "import_config, killed, health_check, startup_hung, other); always 1.",
                ("signal", "cause_class", "cause")),
     MetricSpec(f"{NS}_advice_info", "gauge", "A reconciled tuning recommendation (always 1).",

@@ -81,6 +81,8 @@ class Config:
     poll_interval: float = 0.25
     evaluate_interval: float = 5.0
     web_config: str | None = None
+    # False: one series per family for the per-rank batch gauges (dp/tp/pp = "all") instead of one per rank
+    per_rank_series: bool = True
     signals: dict = field(default_factory=dict)   # signal id -> {param: value, "enabled": bool}
     # objective kind (catalog_slo.KINDS) -> {"target": 0-1, "threshold_seconds": bucket bound (latency kinds)}
     slo: dict = field(default_factory=dict)
@@ -132,6 +134,7 @@ _SCALARS = {
     "scrape_stale_after": (float, "SCRAPE_STALE_AFTER"),
     "max_line_bytes": (int, "MAX_LINE_BYTES"), "poll_interval": (float, "POLL_INTERVAL"),
     "evaluate_interval": (float, "EVALUATE_INTERVAL"), "web_config": (str, "WEB_CONFIG"),
+    "per_rank_series": (bool, "PER_RANK_SERIES"),
 }
 assert set(_SCALARS) | {"signals", "slo", "alerts"} == {f.name for f in fields(Config)}
 

@@ -6,6 +6,7 @@ not declare fails at import-time tests, so the two cannot drift.
 from __future__ import annotations
 
 import platform
+import re
 from collections import Counter
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -37,6 +38,17 @@ def _rank_labels(key: tuple) -> list[str]:
 SINGLE_RANK = "TP0"
 
 
+CAUSE_LABEL_CHARS = 120
+_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
+
+
+def cause_label(line: str) -> str:
+    """The cause line as a label value: numbers (sizes, addresses, line numbers, ranks) become `N` and the text
+    is cut at 120 characters, so one kind of failure is one series across servers and incidents instead of a
+    new one per traceback. The line as written is in /api/v1/signals, the status page and the report."""
+    return _NUMBERS.sub("N", line)[:CAUSE_LABEL_CHARS]
+
+
 def _fmt(value) -> str:
     if value is None:
         return ""
@@ -60,10 +72,31 @@ def _count(v) -> float:
     return f
 
 
-def families(view: View, errors: Counter | None = None) -> list:
+WHOLE_SERVER = "all"      # dp/tp/pp of the one series a per-rank family keeps with per_rank_series off
+
+
+def _whole_server(values: list[tuple[str, float | None]], fold: str) -> float | None:
+    """One value for the server from (dp rank, value) pairs, as the dashboards fold ranks: `sum` adds the DP
+    ranks (the TP/PP ranks of one DP rank print the same batch, so the largest of each), `max`/`min` over all."""
+    known = [(dp, v) for dp, v in values if v is not None]
+    if not known:
+        return None
+    if fold == "max":
+        return max(v for _, v in known)
+    if fold == "min":
+        return min(v for _, v in known)
+    per_dp: dict[str, float] = {}
+    for dp, v in known:
+        per_dp[dp] = max(per_dp.get(dp, v), v)
+    return sum(per_dp.values())
+
+
+def families(view: View, errors: Counter | None = None, per_rank_series: bool = True) -> list:
     """Every family of our /metrics from one View. Each family is built on its own: one that fails (a value
     that is not a finite number, a counter below zero, a type float() refuses) is left out and counted in
-    `errors` (family name -> failures), and the others are served: a scrape never fails because of a value."""
+    `errors` (family name -> failures), and the others are served: a scrape never fails because of a value.
+    `per_rank_series` False folds the per-rank batch gauges into one series per server and leaves out the
+    per-rank headroom (a large fleet's series budget; docs/metrics.md)."""
     out: list = []
     snap = view.snapshot
 
@@ -122,7 +155,7 @@ def families(view: View, errors: Counter | None = None) -> list:
     def causes(fam):
         for sid, j in sorted(snap.judgements.items()):
             if j.firing and j.cause is not None:
-                fam.add_metric([sid, j.cause[0], j.cause[1][:200]], 1.0)
+                fam.add_metric([sid, j.cause[0], cause_label(j.cause[1])], 1.0)
     build(f"{NS}_failure_cause_info", causes)
 
     def advice(fam):
@@ -130,10 +163,17 @@ def families(view: View, errors: Counter | None = None) -> list:
             fam.add_metric([r.flag, r.action, _fmt(r.current), _fmt(r.suggested), ",".join(r.signals)], 1.0)
     build(f"{NS}_advice_info", advice)
 
-    for suffix, idx in (("queue_requests", 0), ("running_requests", 1), ("token_usage_ratio", 2),
-                        ("gen_throughput_tokens_per_second", 3), ("cuda_graph_enabled", 4)):
-        def per_rank(fam, idx=idx):
-            for key, vals in sorted(view.ranks.items(), key=lambda kv: str(kv[0])):
+    for suffix, idx, fold in (("queue_requests", 0, "sum"), ("running_requests", 1, "sum"),
+                              ("token_usage_ratio", 2, "max"), ("gen_throughput_tokens_per_second", 3, "sum"),
+                              ("cuda_graph_enabled", 4, "min")):
+        def per_rank(fam, idx=idx, fold=fold):
+            ranks = sorted(view.ranks.items(), key=lambda kv: str(kv[0]))
+            if not per_rank_series:
+                whole = _whole_server([(_rank_labels(key)[0], vals[idx]) for key, vals in ranks], fold)
+                if whole is not None:
+                    fam.add_metric([WHOLE_SERVER] * 3, _value(whole))
+                return
+            for key, vals in ranks:
                 v = vals[idx]
                 if v is not None:
                     fam.add_metric(_rank_labels(key), _value(v))
@@ -149,6 +189,8 @@ def families(view: View, errors: Counter | None = None) -> list:
     gauge("gpu_headroom_bytes", view.headroom_bytes)
 
     def rank_headroom(fam):
+        if not per_rank_series:       # gpu_headroom_bytes keeps the GPU with the least left
+            return
         for g in (view.server or {}).get("gpu_headroom", ()):
             fam.add_metric([g["rank"] or SINGLE_RANK], _value(g["bytes"]))
     build(f"{NS}_rank_gpu_headroom_bytes", rank_headroom)
@@ -259,4 +301,4 @@ class SidecarCollector:
             self.errors["view"] += 1
             yield _errors_family(self.errors)
             return
-        yield from families(view, self.errors)
+        yield from families(view, self.errors, self.sidecar.config.per_rank_series)

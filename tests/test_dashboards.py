@@ -18,10 +18,14 @@ from exporter.config import Config
 from exporter.generate import dashboards as gen
 from exporter.generate import stale, write
 from exporter.generate.dashboards import house
+from exporter.generate.rules import latency_record_sources
+from exporter.generate.settings import RuleSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 UIDS = list(gen.UIDS)
 SGLANG_METRICS = gen.sglang_metrics()
+# the latency records the panels read instead of raw buckets -> the SGLang families each is computed from
+RECORDS = latency_record_sources(RuleSettings())
 
 # Sentinels substituted for Grafana variables before parsing.
 SUBST = {"$__rate_interval": "4242s", "$namespace": "__NS__", "$instance": "__HOST__", "$model": "__MODEL__"}
@@ -109,7 +113,7 @@ def test_render_is_the_only_entry_point():
     for path in (ROOT / "exporter/generate/dashboards").glob("*.py"):
         source = path.read_text()
         assert "__main__" not in source and "argparse" not in source, path.name
-    assert set(gen.render(Config())) == {f"dashboards/{uid}.json" for uid in UIDS} | {
+    assert set(gen.render(Config())) == {f"dashboards/{uid}.json" for uid in gen.ALL_UIDS} | {
         "dashboards/provisioning/dashboards.yaml", "dashboards/provisioning/datasources.yaml",
         "dashboards/sglang-dashboards.configmap.yaml", "docs/dashboards.md"}
 
@@ -225,9 +229,9 @@ def test_query(panel, target):
         label_matchers = matchers(selector)
         assert label_matchers.get("namespace") == (pp.MatchOp.Re, "__NS__"), f"{name}: namespace variable"
         assert label_matchers.get("instance") == (pp.MatchOp.Re, "__HOST__(:[0-9]+)?"), f"{name}: instance variable"
-        if name.startswith("sglang:"):
-            assert base_name(name) in SGLANG_METRICS, f"unknown SGLang metric {name}"
-            if _has_model_label(base_name(name)):
+        if name.startswith("sglang:") or name in RECORDS:
+            assert name in RECORDS or base_name(name) in SGLANG_METRICS, f"unknown SGLang metric {name}"
+            if name in RECORDS or _has_model_label(base_name(name)):
                 assert label_matchers.get("model_name") == (pp.MatchOp.Re, "__MODEL__"), f"{name}: model variable"
             else:       # (http_responses_total: endpoint, method, status_code only) a filter would match nothing
                 assert "model_name" not in label_matchers, f"{name} has no model_name label"
@@ -266,7 +270,9 @@ def test_every_exported_metric_is_on_a_dashboard():
                          if isinstance(node, pp.VectorSelector)}
     missing = {metric.name for metric in catalog.METRICS if not metric.deprecated} - used   # deprecated: on their way out
     assert not missing, f"exported but shown nowhere: {sorted(missing)}"
-    assert {base_name(name) for name in used if name.startswith("sglang:")} == set(SGLANG_METRICS)
+    read = {base_name(name) for name in used if name.startswith("sglang:")}
+    read |= {family for name in used if name in RECORDS for family in RECORDS[name]}     # through a record
+    assert read == set(SGLANG_METRICS)
 
 
 def test_sglang_metric_table_matches_the_release_data():
@@ -294,8 +300,10 @@ def test_panels_fed_only_by_newer_sglang_metrics_say_so():
     checked = 0
     for uid in UIDS:
         for panel in data_panels(gen.build_dashboard(uid)):
-            names = {base_name(name) for target in panel["targets"]
+            found = {name for target in panel["targets"]
                      for name in re.findall(r"[a-z_:][a-z0-9_:]*(?=\{)", target["expr"])}
+            names = {base_name(name) for name in found if name not in RECORDS}
+            names |= {family for name in found if name in RECORDS for family in RECORDS[name]}
             if not names or not all(name.startswith("sglang:") for name in names):
                 continue
             # a counter spelt without _total in older releases' code is exposed with it all the same
@@ -406,7 +414,7 @@ def test_configmap_for_the_grafana_sidecar():
     assert cm["kind"] == "ConfigMap" and cm["apiVersion"] == "v1"
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"]["grafana_folder"] == gen.FOLDER
-    assert sorted(cm["data"]) == sorted(f"{u}.json" for u in UIDS)
+    assert sorted(cm["data"]) == sorted(f"{u}.json" for u in gen.ALL_UIDS)
     for key, text in cm["data"].items():
         assert text == (ROOT / "dashboards" / key).read_text()
     # small enough for a plain `kubectl apply` (last-applied annotation limit 256 KiB)

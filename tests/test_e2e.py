@@ -28,6 +28,7 @@ from e2e_harness import (
 from helpers import require_tool, wait_until
 
 from exporter import catalog
+from exporter.expose import cause_label
 from exporter.generate import rules as gen
 from exporter.generate.promql import parse_duration
 from exporter.simulate import CRASH_CAUSE, REQUEST_ERROR_CAUSE
@@ -247,7 +248,8 @@ def test_a_crash_pages_with_its_cause_line(stack):
     # the class is a label (a short fixed list, for routing); the line only in the text: a label would
     # split the incident each time the line changed
     assert pages[0]["labels"]["cause_class"] == "nccl" and "cause" not in pages[0]["labels"]
-    assert f"Cause (nccl): {CRASH_CAUSE}." in pages[0]["annotations"]["description"]
+    # the label (read by the description) has its numbers as N: one series per kind of failure
+    assert f"Cause (nccl): {cause_label(CRASH_CAUSE)}." in pages[0]["annotations"]["description"]
     assert pages[0]["annotations"]["description"].startswith(f"{NAMESPACE}/server_crash ({r.instance}): ")
 
 

@@ -173,3 +173,51 @@ def test_metrics_doc_is_generated_from_catalog():
     assert METRICS_DOC.read_text() == text, "docs/metrics.md is stale: run `sglang-exporter generate`"
     for m in METRICS:
         assert f"`{m.name}`" in text
+
+
+def test_per_rank_series_off_keeps_one_series_per_server(tmp_path):
+    """`per_rank_series: false`: each per-rank batch gauge is one series (dp/tp/pp "all") holding what the
+    dashboards fold the ranks into (sum over DP ranks of the largest TP rank, the fullest KV pool), and the
+    per-rank headroom is left out; everything else is as with the switch on."""
+    from golden_exposition import LOG, Clock, T
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from exporter.config import Config
+    from exporter.expose import SidecarCollector
+    from exporter.sidecar import Sidecar
+    texts = {}
+    for per_rank in (True, False):
+        log = tmp_path / f"sglang-{per_rank}.log"
+        log.write_text(LOG)
+        clock = Clock(T)
+        sc = Sidecar(Config(profile="offline", log_files=(str(log),), from_start=True, per_rank_series=per_rank),
+                     clock=clock)
+        sc.poll_logs_once()
+        clock.t += 1
+        sc.poll_logs_once()
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(SidecarCollector(sc))
+        texts[per_rank] = generate_latest(reg).decode()
+        sc.shutdown()
+    on, off = texts[True], texts[False]
+    for name, fold in (("sglang_exporter_queue_requests", "sum"), ("sglang_exporter_token_usage_ratio", "max")):
+        ranks = _samples(on, name)
+        assert len(ranks) >= 2, name                    # the golden log has several ranks
+        per_dp: dict = {}
+        for labels, v in ranks.items():
+            dp = dict(labels)["dp"]
+            per_dp[dp] = max(per_dp.get(dp, v), v)
+        expected = sum(per_dp.values()) if fold == "sum" else max(ranks.values())
+        assert _samples(off, name) == {frozenset({"dp": "all", "tp": "all", "pp": "all"}.items()): expected}
+    assert _samples(on, "sglang_exporter_rank_gpu_headroom_bytes")
+    assert not _samples(off, "sglang_exporter_rank_gpu_headroom_bytes")
+    assert _samples(off, "sglang_exporter_signal_firing") == _samples(on, "sglang_exporter_signal_firing")
+
+
+def test_cause_label_keeps_one_series_per_kind_of_failure():
+    from exporter.expose import cause_label
+    a = cause_label("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has 79.15 GiB")
+    b = cause_label("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.50 GiB. GPU 3 has 1.06 GiB")
+    assert a == b == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate N GiB. GPU N has N GiB"
+    assert cause_label("RuntimeError at 0x7f3a2c " + "x" * 300) .startswith("RuntimeError at N x")
+    assert len(cause_label("E" * 300)) == 120

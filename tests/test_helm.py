@@ -181,7 +181,7 @@ def test_native_thresholds_are_values(tmp_path):
     queue = by_name["SGLangNativeQueueAboveRange"]
     # the threshold closes the comparison; the rule's stand-down clause (`unless on (...)`) may follow it
     assert re.search(r"\) > 500\n", queue["expr"]) and "(healthy: up to 500)" in queue["annotations"]["description"]
-    assert re.search(r"\) > 0\.75\n", by_name["SGLangNativeTTFTHigh"]["expr"])
+    assert re.search(r" > 0\.75\n", by_name["SGLangNativeTTFTHigh"]["expr"])
     assert "{{ with $labels.pod }}" in queue["annotations"]["description"]   # Prometheus' templates kept
     f = tmp_path / "native.rules.yml"
     f.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))

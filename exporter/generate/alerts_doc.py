@@ -10,6 +10,7 @@ from exporter.generate.rules import (
     all_alerts,
     exporter_recording_rules,
     native_recording_rules,
+    server_rules,
 )
 from exporter.generate.runbooks import fires_when
 from exporter.generate.settings import RuleSettings
@@ -105,8 +106,18 @@ def alerts_md(settings: RuleSettings) -> str:
         f = NATIVE_RULES if a.kind == "native" else EXPORTER_RULES
         lines.append(f"| `{a.name}` | {f} | {a.severity}{' (pages)' if a.page else ''} | {a.for_} | "
                      f"{fires_when(a, settings)} | [{a.name}](runbooks/{a.name}.md) |")
-    lines += ["", "## Recording rules", "", "| record | expression |", "|---|---|"]
-    for r in exporter_recording_rules(settings) + native_recording_rules(settings):
+    lines += ["", "## Recording rules", "",
+              "Named `level:metric:operations`: the labels kept (`cluster_namespace_pod` is one server: its "
+              "identity labels, plus `instance` and `job`), the metric read (`sglang:` as `sglang_`), and what was "
+              "done (`rate5m`, `p99_5m`: the 0.99 quantile of the 5m bucket rates, `max_severity`). SGLang's latency "
+              "histograms are read once per evaluation, each in its own group (`sglang-native.latency-<value>`): "
+              "the bucket rates per server, then the quantiles from that record; the native latency alerts, the "
+              "detail board's quantile panels and the fleet board read the quantiles. `sglang-exporter.servers` "
+              "keeps one small series per server (worst firing severity: 0 none, 1 info, 2 warning, 3 critical; "
+              "signals firing; the inventory with model, format and version) and one per firing signal, for the "
+              "fleet board and its variables.", "",
+              "| record | expression |", "|---|---|"]
+    for r in exporter_recording_rules(settings) + server_rules(settings) + native_recording_rules(settings):
         expr = " ".join(r["expr"].split()).replace("|", "\\|")
         lines.append(f"| `{r['record']}` | `{expr}` |")
     lines += objectives_md(settings)

@@ -41,10 +41,14 @@ class _MarkedThresholds(RuleSettings):
         super().__init__(config)
         self.markers: dict[int, tuple[str, str, float]] = {}
 
+    # admission_blocked's rule exists only where a cap is configured (0: none) and compares the queue with
+    # fill x cap, a product no single marker survives: its parameters stay the configuration's own
+    UNMARKED = frozenset({"admission_blocked"})
+
     def thresholds_in_force(self, signal_id: str) -> dict | None:
         real = super().thresholds_in_force(signal_id)
-        if real is None:
-            return None
+        if real is None or signal_id in self.UNMARKED:
+            return real
         out = {}
         for param, value in real.items():
             marker = MARKER_BASE + len(self.markers)

@@ -69,5 +69,37 @@ def render(config=None) -> dict[str, str]:
         if f.deprecated:
             repl = f"`{native_family(f.replaced_by).exposed}`" if f.replaced_by else "— (dropped)"
             out.append(f"| `{f.exposed}` | {f.first} – {f.last} | {repl} |")
+    out += _series_budget()
     return {PATH: "\n".join(out) + "\n"}
+
+
+# Measured with bench/fleet_capture.py (a real `serve` on the simulator's retraction storm, SGLang 0.5.x
+# format): series of one sidecar's /metrics, process_* included, for tp1 and dp8 x tp8, and the latter with
+# per_rank_series: false. The per-family counts below come from the catalog.
+MEASURED = {"tp1": 162, "dp8 x tp8": 260, "dp8 x tp8, per_rank_series: false": 161}
+
+
+def _series_budget() -> list[str]:
+    per_signal = [m.name for m in METRICS if m.labels and m.labels[0] == "signal"]
+    per_rank = [m.name for m in METRICS if set(m.labels) >= {"dp", "tp", "pp"}]
+    n = len(SIGNALS)
+    out = ["", "## Series budget", "",
+           f"What one sidecar costs Prometheus. Per signal ({n} signals in the catalog): "
+           + ", ".join(f"`{name}`" for name in per_signal)
+           + " carry at most one series per signal each (`signal_firing` none while unknown; the value families "
+           "split the signals between them by unit), about 100 series in all. Per rank: "
+           + ", ".join(f"`{name}`" for name in per_rank)
+           + " one series per rank that prints batch lines (one per DP rank: TP/PP ranks of a DP rank print the "
+           "same batch), and `sglang_exporter_rank_gpu_headroom_bytes` one per GPU. The rest is one series per "
+           "family, or per source, phase, reason or kind. `failure_cause_info` is at most one series per failure "
+           "signal and `advice_info` one per flag with advice.", "",
+           "| layout | series of one sidecar's `/metrics` |", "|---|---|"]
+    out += [f"| {layout} | {count} |" for layout, count in MEASURED.items()]
+    out += ["", "SGLang's own `/metrics` of the same server (the simulator's families) adds 125 series at tp1 and "
+            "265 at dp8 x tp8. `per_rank_series: false` (docs/configuration.md) folds the per-rank batch gauges "
+            "into one series per server (`dp`, `tp`, `pp` = `all`, summed over DP ranks as the dashboards do; the "
+            "fullest KV pool; CUDA graph off if any rank ran without it) and leaves out the per-rank headroom, so "
+            "a dp8 x tp8 sidecar costs what a single-GPU one does; the per-rank dashboard panels then show one "
+            "line. Reproduce: `python bench/fleet_capture.py --tp 8 --dp 8 --out bench/out/fleet/dp8tp8`."]
+    return out
 

@@ -5,6 +5,7 @@ from exporter.config import Config
 from exporter.generate.promql import fmt_duration
 from exporter.generate.promtool_common import interval
 from exporter.generate.promtool_exporter import meta_tests, recording_tests_exporter, signal_test
+from exporter.generate.promtool_fleet import latency_recording_tests, server_recording_tests
 from exporter.generate.promtool_identity import identity_tests
 from exporter.generate.promtool_native import native_tests, recording_tests_native
 from exporter.generate.promtool_slo import test_file as slo_test_file
@@ -29,11 +30,11 @@ def test_files(settings: RuleSettings) -> dict[str, dict]:
             "tests": [t for a in by_kind["meta"] for t in meta_tests(settings, a)]},
         "tests/sglang-exporter.recording.test.yml": {
             "rule_files": [f"../{EXPORTER_RULES}"], "evaluation_interval": step,
-            "tests": [recording_tests_exporter(settings)]},
+            "tests": [recording_tests_exporter(settings), server_recording_tests(settings)]},
         "tests/sglang-native.test.yml": {
             "rule_files": [f"../{NATIVE_RULES}"], "evaluation_interval": step,
             "tests": [t for a in by_kind["native"] for t in native_tests(settings, a)]
-            + [recording_tests_native(settings)]},
+            + [recording_tests_native(settings), latency_recording_tests(settings)]},
         # both files loaded, real label sets, two clusters sharing names
         "tests/sglang-identity.test.yml": {
             "rule_files": [f"../{EXPORTER_RULES}", f"../{NATIVE_RULES}"], "evaluation_interval": step,

@@ -113,6 +113,7 @@ M_SOURCE_UP = _metric(f"{catalog.NS}_source_up")
 M_STALE = _metric(f"{catalog.NS}_log_source_stale")
 M_SCRAPE = _metric(f"{catalog.NS}_source_up")     # of source="sglang_metrics": did the last scrape work
 M_INFO = _metric(f"{catalog.NS}_sglang_info")
+M_BUILD = _metric(f"{catalog.NS}_build_info")
 DRIFT_REASONS = ("unknown_message", "malformed")   # SGLang-prefixed lines we could not read
 NOISE_REASON = "no_sglang_prefix"                   # foreign lines: never drift
 DRIFT_MATCH = 'reason=~"' + "|".join(DRIFT_REASONS) + '"'
@@ -124,13 +125,9 @@ NOT_SRC_METRICS = 'source!="sglang_metrics"'
 QUEUE, = native_metric_names("queue")
 USAGE, = native_metric_names("usage")
 RETRACTED = native_metric_names("retracted_requests")[0]
-TTFT, = native_metric_names("ttft")
-ITL, ITL_BEFORE_0_4_4 = native_metric_names("itl")
-E2E, = native_metric_names("e2e")
 RESPONSES, = native_metric_names("responses")
 ABORTED, = native_metric_names("aborted_requests")
 REQUESTS, = native_metric_names("requests")
-LATENCY_HISTOGRAMS = (TTFT, ITL, E2E)
 
 
 def summary_of(signal_id: str) -> str:
@@ -291,18 +288,16 @@ def native_alerts(settings: RuleSettings) -> list[Alert]:
     t = settings.thresholds_in_force("latency_high")
     if t:
         w = settings.window(settings.rate_window)
-
-        def quantile_input(metric):
-            return f"sum by (le, {group}) (rate({metric}_bucket{sel(sglang)}[{w}]))"
-        for key, name, what, expr_in in (
-                ("ttft_p99_seconds", "SGLangNativeTTFTHigh", "time to first token", quantile_input(TTFT)),
-                ("itl_p99_seconds", "SGLangNativeInterTokenLatencyHigh", "inter-token latency",
-                 quantile_input(ITL) + "\n  # SGLang before 0.4.4 named it time_per_output_token_seconds\n"
-                 "  or\n  " + quantile_input(ITL_BEFORE_0_4_4)),
-                ("e2e_p99_seconds", "SGLangNativeE2ELatencyHigh", "end-to-end request latency",
-                 quantile_input(E2E))):
+        # read the per-server p99 the latency groups record, never the raw buckets (at 1,000 servers a
+        # histogram_quantile over every bucket costs seconds per evaluation, and each alert would pay it again)
+        for key, name, what, value in (("ttft_p99_seconds", "SGLangNativeTTFTHigh", "time to first token", "ttft"),
+                                       ("itl_p99_seconds", "SGLangNativeInterTokenLatencyHigh",
+                                        "inter-token latency", "itl"),
+                                       ("e2e_p99_seconds", "SGLangNativeE2ELatencyHigh",
+                                        "end-to-end request latency", "e2e")):
             add(name, "latency_high",
-                f"histogram_quantile(0.99,\n  {expr_in}\n) > {num(t[key])}\n",
+                # the record is already narrowed to the sglang selector (and keeps only the join labels)
+                f"{quantile_record(settings, native_metric_names(value)[0], 0.99)} > {num(t[key])}\n",
                 f"SGLang's p99 {what} is above its objective.",
                 "{{ $labels.instance }}: p99 " + what + " over " + w +
                 " is {{ $value | printf \"%.3f\" }}s (objective: " + num(t[key]) +
@@ -375,19 +370,121 @@ def exporter_recording_rules(settings: RuleSettings) -> list[dict]:
     return out
 
 
-def native_recording_rules(settings: RuleSettings) -> list[dict]:
+RECORDED_HISTOGRAMS = ("ttft", "itl", "e2e", "queue_time")    # SGLang's latency histograms, by catalog value
+QUANTILES = (0.5, 0.9, 0.99)          # recorded per server (the detail board draws all three)
+MODEL_QUANTILES = (0.99,)             # recorded per model (the fleet board, SLO views)
+
+
+def level(labels) -> str:
+    """The `level` part of a recorded name: the labels it is aggregated to, `cluster_namespace_pod`."""
+    return "_".join(labels)
+
+
+def server_level(settings: RuleSettings) -> str:
+    return level(settings.identity_labels)
+
+
+def model_labels(settings: RuleSettings) -> tuple:
+    """A model's identity: its cluster and namespace (the same model in two clusters is two models) and
+    SGLang's own labels kept (model_name)."""
+    outer = settings.identity_labels[:-1]
+    return outer + tuple(label for label in settings.native_keep_labels if label not in outer)
+
+
+def _bare(metric: str) -> str:
+    return metric.replace(":", "_")
+
+
+def bucket_record(settings: RuleSettings, metric: str) -> str:
+    w = settings.window(settings.rate_window)
+    return f"{server_level(settings)}:{_bare(metric)}_bucket:rate{w}"
+
+
+def quantile_record(settings: RuleSettings, metric: str, q: float, labels: tuple | None = None) -> str:
+    """`cluster_namespace_pod:sglang_time_to_first_token_seconds:p99_5m` (per server) or, with `labels`, the
+    same quantile aggregated to them (per model)."""
+    w = settings.window(settings.rate_window)
+    return f"{level(labels) if labels else server_level(settings)}:{_bare(metric)}:p{num(q * 100)}_{w}"
+
+
+def latency_record_sources(settings: RuleSettings) -> dict[str, tuple]:
+    """Each latency record -> the SGLang histogram families (every spelling) it is computed from."""
+    out = {}
+    for value in RECORDED_HISTOGRAMS:
+        names = tuple(native_metric_names(value))
+        out[bucket_record(settings, names[0])] = names
+        for q in QUANTILES:
+            out[quantile_record(settings, names[0], q)] = names
+        for q in MODEL_QUANTILES:
+            out[quantile_record(settings, names[0], q, model_labels(settings))] = names
+    return out
+
+
+def latency_groups(settings: RuleSettings) -> list[dict]:
+    """One group per SGLang latency histogram (groups run concurrently): its buckets' rate per server, recorded
+    once, then every quantile from that small record (rules of a group run in order, at one timestamp)."""
     sglang = sel(settings.sglang_selector)
     w = settings.window(settings.rate_window)
     group = by(settings.join_labels + settings.native_keep_labels)
-    out = []
-    for metric in LATENCY_HISTOGRAMS:
-        out.append({"record": f"instance:{metric.replace(':', '_')}:p99_rate{w}",
-                    "expr": f"histogram_quantile(0.99,\n  sum by (le, {group}) (rate({metric}_bucket{sglang}[{w}]))"
-                            f"\n)\n"})
-    out.append({"record": f"instance:{RETRACTED.replace(':', '_').removesuffix('_total')}:rate{w}",
-                "expr": f"sum by ({group}) (\n  max by ({group}, dp_rank) "
-                        f"(rate({RETRACTED}{sglang}[{w}]))\n)\n"})
-    return out
+    per_model = model_labels(settings)
+    groups = []
+    for value in RECORDED_HISTOGRAMS:
+        newest, *older = native_metric_names(value)
+        rates = "\nor\n".join(f"sum by (le, {group}) (rate({name}_bucket{sglang}[{w}]))"
+                               for name in (newest, *older))
+        if older:
+            rates = f"# SGLang before 0.4.4 named it {older[0].split(':')[1]}\n" + rates
+        buckets = bucket_record(settings, newest)
+        rules = [{"record": buckets, "expr": rates + "\n"}]
+        rules += [{"record": quantile_record(settings, newest, q), "expr": f"histogram_quantile({num(q)}, {buckets})"}
+                  for q in QUANTILES]
+        rules += [{"record": quantile_record(settings, newest, q, per_model),
+                   "expr": f"histogram_quantile({num(q)},\n  sum by (le, {by(per_model)}) ({buckets})\n)\n"}
+                  for q in MODEL_QUANTILES]
+        groups.append({"name": f"sglang-native.latency-{value}", "rules": rules})
+    return groups
+
+
+SEVERITY_RANK = {"info": 1, "warning": 2, "critical": 3}     # the fleet board's "worst firing signal"
+
+
+def server_rules(settings: RuleSettings) -> list[dict]:
+    """Small per-server series the fleet board, its variables and the overview read instead of every signal of
+    every server: the worst firing severity, how many signals fire, the firing signals alone, and an inventory
+    (one series per server carrying its model and release) for cluster -> namespace -> model -> server."""
+    exporter = settings.exporter_selector
+    join = by(settings.join_labels)
+    lvl = server_level(settings)
+    weighted = []
+    for severity, rank in SEVERITY_RANK.items():
+        matcher = f'severity="{severity}"'
+        weighted.append(f"{M_FIRING}{sel(exporter, matcher)} * {rank}")
+    worst = "\nor\n".join(weighted)
+    return [
+        # 0 when nothing fires, 1 info, 2 warning, 3 critical; every server has one series (sorts the board)
+        {"record": f"{lvl}:{M_FIRING}:max_severity", "expr": f"max by ({join}) (\n{worst}\n)\n"},
+        {"record": f"{lvl}:{M_FIRING}:sum", "expr": f"sum by ({join}) ({M_FIRING}{sel(exporter)})"},
+        # only what fires: a few series across the fleet where the raw family has one per signal and server
+        {"record": f"{lvl}_signal:{M_FIRING}:max",
+         "expr": f"max by ({join}, signal, severity) ({M_FIRING}{sel(exporter)} == 1)"},
+        {"record": f"{lvl}:{M_INFO}:max",
+         "expr": (f"max by ({join}, model, format, version) (\n  {M_INFO}{sel(exporter)}\n"
+                  f"  * on ({join}) group_left (version)\n  max by ({join}, version) ({M_BUILD}{sel(exporter)})\n)\n")},
+    ]
+
+
+def retraction_rules(settings: RuleSettings) -> list[dict]:
+    sglang = sel(settings.sglang_selector)
+    w = settings.window(settings.rate_window)
+    group = by(settings.join_labels + settings.native_keep_labels)
+    return [{"record": f"{server_level(settings)}:{_bare(RETRACTED).removesuffix('_total')}:rate{w}",
+             "expr": f"sum by ({group}) (\n  max by ({group}, dp_rank) "
+                     f"(rate({RETRACTED}{sglang}[{w}]))\n)\n"}]
+
+
+def native_recording_rules(settings: RuleSettings) -> list[dict]:
+    """Every native recording rule, latency groups first (the docs' table)."""
+    return [rule for g in latency_groups(settings) for rule in g["rules"]] + retraction_rules(settings)
 
 
 def all_alerts(settings: RuleSettings) -> list[Alert]:
@@ -411,10 +508,14 @@ def rule_files(settings: RuleSettings) -> dict[str, dict]:
             {"name": "sglang-exporter.serving", "rules": serving_rules},
             {"name": "sglang-exporter.meta", "rules": [a.rule() for a in alerts if a.kind == "meta"]},
             {"name": "sglang-exporter.fleet", "rules": exporter_recording_rules(settings)},
+            {"name": "sglang-exporter.servers", "rules": server_rules(settings)},
         ]},
         NATIVE_RULES: {"groups": [
+            # recording groups first: promtool evaluates groups in file order, so the alerts read this step's
+            # records (Prometheus itself runs groups independently: at most one interval later)
+            *latency_groups(settings),
+            {"name": "sglang-native.latency", "rules": retraction_rules(settings)},
             {"name": "sglang-native.alerts", "rules": [a.rule() for a in alerts if a.kind == "native"]},
-            {"name": "sglang-native.latency", "rules": native_recording_rules(settings)},
         ]},
     }
 

@@ -18,21 +18,23 @@ from exporter.config import Config
 from exporter.generate.dashboards.detail import detail
 from exporter.generate.dashboards.docs import render_docs, sglang_metrics_read
 from exporter.generate.dashboards.files import FOLDER, GRAFANA_PATH, configmap, dashboard_json, datasource, provider
+from exporter.generate.dashboards.fleet import fleet
 from exporter.generate.dashboards.grafana import DATASOURCE, dashboard_content
 from exporter.generate.dashboards.house import decorate
 from exporter.generate.dashboards.model import UNITS, DashboardSpec, Limits
 from exporter.generate.dashboards.overview import overview
 
-__all__ = ["DATASOURCE", "FOLDER", "GRAFANA_PATH", "UIDS", "UNITS", "build_dashboard", "build_dashboards", "check",
-           "generate", "render", "sglang_metrics", "specs"]
+__all__ = ["ALL_UIDS", "DATASOURCE", "FOLDER", "GRAFANA_PATH", "UIDS", "UNITS", "build_dashboard", "build_dashboards",
+           "check", "generate", "render", "sglang_metrics", "specs"]
 
-UIDS = ("sglang-overview", "sglang-detail")
+UIDS = ("sglang-overview", "sglang-detail")      # the per-server boards (their variables: namespace, host)
+ALL_UIDS = (*UIDS, "sglang-fleet")                # and the fleet board (cluster, namespace, model, server)
 
 
 def specs(config: Config) -> list[DashboardSpec]:
     """Every dashboard's panels, thresholds drawn from `config`."""
     limits = Limits(config)
-    return [overview(limits), detail(limits)]
+    return [overview(limits), detail(limits), fleet(limits)]
 
 
 def build_dashboards(config: Config) -> dict[str, dict]:

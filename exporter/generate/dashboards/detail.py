@@ -195,7 +195,7 @@ def latency_panels(limits: Limits) -> list[Panel]:
               good="p99 below the objective line.",
               bad="long queue: lower the request rate; long prompts: raise --chunked-prefill-size; large "
                   "batches: lower --max-running-requests.",
-              targets=latency_targets("ttft"),
+              targets=latency_targets(limits, "ttft"),
               steps=[(None, "transparent"), (objectives["ttft_p99_seconds"], "red")], style="dashed",
               no_value=absent_value_text("ttft")),
         Panel("Inter-token latency", "timeseries", "s", min=0,
@@ -203,7 +203,7 @@ def latency_panels(limits: Limits) -> list[Panel]:
                     f"0.4.4 and older), with the online objective ({num(objectives['itl_p99_seconds'])} s p99).",
               good="p99 below the objective line.",
               bad="the decode batch is too large: lower --max-running-requests; check CUDA graph is on.",
-              targets=latency_targets("itl"),
+              targets=latency_targets(limits, "itl"),
               steps=[(None, "transparent"), (objectives["itl_p99_seconds"], "red")], style="dashed",
               no_value=absent_value_text("itl")),
         Panel("End-to-end request latency", "timeseries", "s", min=0,
@@ -212,7 +212,7 @@ def latency_panels(limits: Limits) -> list[Panel]:
               good="p99 below the objective line and stable.",
               bad="compare with TTFT and inter-token latency to find the phase that grew; retractions also "
                   "lengthen requests.",
-              targets=latency_targets("e2e"),
+              targets=latency_targets(limits, "e2e"),
               steps=[(None, "transparent"), (objectives["e2e_p99_seconds"], "red")], style="dashed",
               no_value=absent_value_text("e2e")),
     ]

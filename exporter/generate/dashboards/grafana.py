@@ -138,6 +138,6 @@ def dashboard_content(spec: DashboardSpec) -> dict:
         "description": spec.description,
         "panels": [panel_json(panel, index + 1, x, y)
                    for index, (panel, (x, y)) in enumerate(zip(spec.panels, positions))],
-        "templating": {"list": variables()},
+        "templating": {"list": spec.variables if spec.variables is not None else variables()},
         "title": spec.title,
     }

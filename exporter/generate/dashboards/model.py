@@ -23,6 +23,7 @@ class Target:
     expr: str
     legend: str = ""
     table: bool = False          # instant query, table format
+    reads: tuple = ()            # SGLang families read through a recording rule (the docs list them as read)
 
 
 @dataclass
@@ -56,6 +57,7 @@ class DashboardSpec:
     title: str
     description: str
     panels: list[Panel]
+    variables: list | None = None     # Grafana template variables; None: the per-server boards' (grafana.py)
 
 
 def row(title: str) -> Panel:

@@ -48,7 +48,7 @@ def _queue_wait(limits: Limits) -> Panel:
               f"({num(objective)} s p99, queue_wait_high).",
         good="p99 below the objective line.",
         bad="lower the request rate or add capacity; check the queue and KV panels for the cause.",
-        targets=latency_targets("queue_time"),
+        targets=latency_targets(limits, "queue_time"),
         steps=[(None, "transparent"), (objective, "red")], style="dashed",
         no_value=absent_value_text("queue_time"))
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from exporter import releases
 from exporter.catalog_native import family_span, native_metric_names
-from exporter.generate.dashboards.model import Target, num
+from exporter.generate.dashboards.model import Limits, Target
+from exporter.generate.rules import quantile_record
+from exporter.generate.settings import RuleSettings
 
 # The `instance` variable holds a host (the instance label without its port): the sidecar and the SGLang server
 # it watches share a host (a pod IP, or 127.0.0.1 locally) but not a port, so one selection covers both the
@@ -53,18 +55,17 @@ def rate_per_server(name: str) -> str:
     return f"sum by ({PER_SERVER}) (rate({native(name)}[$__rate_interval]))"
 
 
-def quantile(fraction: float, histogram: str) -> str:
-    return (f"histogram_quantile({num(fraction)}, sum by (le, {PER_SERVER}) "
-            f"(rate({native(histogram + '_bucket')}[$__rate_interval])))")
-
-
-def latency_targets(value: str) -> list[Target]:
-    """Quantiles of a histogram value (each falling back to the family's older spellings) and its mean."""
+def latency_targets(limits: Limits, value: str) -> list[Target]:
+    """Quantiles of a histogram value read from the per-server records of the latency rule groups (every bucket
+    of every server is read once, by the ruler, not by each viewer; older spellings are folded in there), and
+    the mean from the histogram's _sum and _count (two series per server)."""
+    settings = RuleSettings(limits.config)
     newest, *older = native_metric_names(value)
     targets = []
     for percent in PERCENTILES:
-        expr = "\nor\n".join(quantile(percent / 100, name) for name in (newest, *older))
-        targets.append(Target(expr, f"{{{{instance}}}} p{percent}"))
+        record = quantile_record(settings, newest, percent / 100)
+        targets.append(Target(f"max by ({PER_SERVER}) ({native(record)})", f"{{{{instance}}}} p{percent}",
+                              reads=tuple(name + "_bucket" for name in (newest, *older))))
     mean = f"{rate_per_server(newest + '_sum')}\n/\n{rate_per_server(newest + '_count')}"
     targets.append(Target(mean, "{{instance}} mean"))
     return targets

@@ -1,0 +1,257 @@
+"""A fleet against a real Prometheus: N fake SGLang servers (each a sidecar /metrics and SGLang's own /metrics,
+replayed from expositions captured by bench/fleet_capture.py, values moving every scrape), two clusters that
+share every namespace, pod and address, every rule file of ours loaded; then each rule group's evaluation time
+and each dashboard query's time through the HTTP API.
+
+    python bench/fleet.py --servers 1000 [--big-every 20] [--rules alerts] [--dashboards dashboards]
+    python bench/fleet.py --servers 300 --rules /tmp/main/alerts --dashboards /tmp/main/dashboards   # before
+
+One HTTP server on 127.0.0.1 serves every target under its own path (/<i>/sidecar, /<i>/sglang); Prometheus
+scrapes them as separate targets whose `instance`, `cluster`, `namespace` and `pod` labels are set in the
+scrape config. Every `--big-every`-th server is dp8 x tp8, the rest tp1. Needs Debian's `prometheus`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURES = ROOT / "bench/out/fleet"
+CLUSTERS = ("eu-1", "us-1")
+GROWING = re.compile(r"(_total|_bucket|_sum|_count)(\{|\s)")
+VARIABLES = {"$namespace": ".*", "$instance": ".*", "$model": ".*", "$cluster": ".*", "$server": ".*",
+             "$__rate_interval": "1m", "$__interval": "15s"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Exposition:
+    """A captured exposition split into (series text, value, kind): counters grow with the scrape number,
+    gauges move around their captured value, 0/1 states and info series stay."""
+
+    def __init__(self, text: str, firing: bool):
+        self.head: list[str] = []
+        self.rows: list[tuple[str, float, str]] = []
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                self.head.append(line)
+                continue
+            series, _, value = line.rpartition(" ")
+            v = float(value)
+            if "signal_firing{" in series and not firing:
+                v = 0.0
+            kind = "grow" if GROWING.search(series + " ") else \
+                "keep" if (v in (0.0, 1.0) or "_info" in series) else "move"
+            self.rows.append((series, v, kind))
+
+    def render(self, n: int) -> bytes:
+        out = []
+        for series, v, kind in self.rows:
+            if kind == "grow":
+                v = v * (1 + 0.05 * n)
+            elif kind == "move":
+                v = v * (1 + 0.1 * math.sin(n + len(series)))
+            out.append(f"{series} {v!r}")
+        return ("\n".join(out) + "\n").encode()
+
+
+def start_targets(servers: int, big_every: int, capture_dir: Path):
+    small = {k: (capture_dir / "tp1" / f"{k}.prom").read_text() for k in ("sidecar", "sglang")}
+    big = {k: (capture_dir / "dp8tp8" / f"{k}.prom").read_text() for k in ("sidecar", "sglang")}
+    # every 10th server has its retraction storm firing; the others judge it ok
+    expositions = {}
+    for i in range(servers):
+        texts = big if big_every and i % big_every == big_every - 1 else small
+        firing = i % 10 == 0
+        for kind in ("sidecar", "sglang"):
+            key = (texts is big, firing, kind)
+            if key not in expositions:
+                expositions[key] = Exposition(texts[kind], firing)
+    layout = {i: (big_every and i % big_every == big_every - 1, i % 10 == 0) for i in range(servers)}
+    scrapes = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):     # noqa: N802 - http.server's name
+            parts = self.path.strip("/").split("/")
+            try:
+                i, kind = int(parts[0]), parts[1]
+                is_big, firing = layout[i]
+                exp = expositions[(is_big, firing, kind)]
+            except (ValueError, IndexError, KeyError):
+                self.send_error(404)
+                return
+            scrapes[0] += 1
+            body = exp.render(int(time.time() // 15))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, scrapes
+
+
+def prometheus_config(servers: int, port: int, rules: list[Path]) -> dict:
+    jobs = {"sglang-exporter": ("sidecar", 10060), "sglang": ("sglang", 30000)}
+    scrape_configs = []
+    for job, (kind, fake_port) in jobs.items():
+        targets = []
+        for i in range(servers):
+            # two clusters running the same StatefulSet: identical namespace, pod and pod IP
+            half = i % 2
+            j = i // 2
+            targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {
+                "__metrics_path__": f"/{i}/{kind}", "cluster": CLUSTERS[half], "namespace": f"llm-{j % 10}",
+                "pod": f"sglang-{j}", "instance": f"10.{j // 65536}.{j // 256 % 256}.{j % 256}:{fake_port}"}})
+        scrape_configs.append({"job_name": job, "scrape_interval": "15s", "scrape_timeout": "10s",
+                               "static_configs": targets})
+    return {"global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
+            "rule_files": [str(r) for r in rules], "scrape_configs": scrape_configs}
+
+
+def api(base: str, path: str, params: dict, timeout: float = 60) -> tuple[dict, float]:
+    url = f"{base}{path}?{urllib.parse.urlencode(params, doseq=True)}"
+    t0 = time.monotonic()
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        body = json.loads(r.read())
+    return body, time.monotonic() - t0
+
+
+def wait_ready(base: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit("prometheus did not become ready")
+
+
+def dashboard_queries(directory: Path) -> list[tuple[str, str, str]]:
+    """(board, panel / variable, PromQL) of every dashboard JSON: panel targets and variable queries."""
+    out = []
+    for path in sorted(directory.glob("*.json")):
+        board = json.loads(path.read_text())
+        for panel in board.get("panels", []):
+            for target in panel.get("targets", []):
+                out.append((board["uid"], panel["title"], target["expr"]))
+        for var in board.get("templating", {}).get("list", []):
+            if var.get("type") == "query":
+                out.append((board["uid"], f"${var['name']}", var["query"]))
+    return out
+
+
+def run_query(base: str, expr: str, now: float) -> tuple[float, str]:
+    for var, value in VARIABLES.items():
+        expr = expr.replace(var, value)
+    m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", expr, re.S)
+    if m:       # Grafana: the label's values over the series the selector matches
+        body, took = api(base, f"/api/v1/label/{m.group(2)}/values",
+                         {"match[]": m.group(1), "start": now - 3600, "end": now})
+    else:
+        body, took = api(base, "/api/v1/query_range", {"query": expr, "start": now - 600, "end": now, "step": 15})
+    return took, body.get("status", "?") + ("" if body.get("status") == "success" else f": {body.get('error')}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--servers", type=int, default=1000)
+    ap.add_argument("--big-every", type=int, default=20, help="every Nth server is dp8 x tp8 (0: none)")
+    ap.add_argument("--rules", type=Path, default=ROOT / "alerts", help="directory of *.rules.yml to load")
+    ap.add_argument("--dashboards", type=Path, default=ROOT / "dashboards")
+    ap.add_argument("--captures", type=Path, default=CAPTURES, help="bench/fleet_capture.py output (tp1, dp8tp8)")
+    ap.add_argument("--warmup", type=float, default=150, help="seconds before measuring (rates need samples)")
+    ap.add_argument("--measure", type=float, default=90, help="seconds of rule evaluations to take the max over")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    args = ap.parse_args()
+    prometheus = shutil.which("prometheus")
+    if not prometheus:
+        raise SystemExit("needs Debian's prometheus (apt-get install prometheus)")
+    httpd, scrapes = start_targets(args.servers, args.big_every, args.captures)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    rules = sorted(args.rules.glob("*.rules.yml"))
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "prometheus.yml"
+        cfg.write_text(yaml.safe_dump(prometheus_config(args.servers, httpd.server_address[1], rules)))
+        proc = subprocess.Popen([prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
+                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                                stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "prometheus.log", "w"))
+        try:
+            wait_ready(base, time.monotonic() + 60)
+            time.sleep(args.warmup)
+            durations: dict[str, list[float]] = {}
+            end = time.monotonic() + args.measure
+            errors: dict[str, str] = {}
+            while time.monotonic() < end:
+                # each group's last evaluation time (prometheus_rule_group_last_duration_seconds) and health
+                body, _ = api(base, "/api/v1/rules", {})
+                for group in body["data"]["groups"]:
+                    durations.setdefault(group["name"], []).append(float(group["evaluationTime"]))
+                    for rule in group["rules"]:
+                        if rule.get("health") == "err":
+                            errors[rule["name"]] = rule.get("lastError", "")
+                time.sleep(15)
+            with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
+                own = r.read().decode()
+            head = int(float(re.search(r"^prometheus_tsdb_head_series (\S+)", own, re.M).group(1)))
+            now = time.time()
+            queries = [(board, title, *run_query(base, expr, now))
+                       for board, title, expr in dashboard_queries(args.dashboards)]
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            httpd.shutdown()
+    failed = len(errors)
+    print(f"servers {args.servers} (every {args.big_every}th dp8 x tp8), two clusters sharing names; "
+          f"head series {head}; rules failing {failed}; target scrapes served {scrapes[0]}")
+    for name, error in errors.items():
+        print(f"  {name}: {error[:200]}")
+    print(f"\n{'rule group':40} {'median s':>9} {'max s':>8}")
+    for group, values in sorted(durations.items()):
+        print(f"{group:40} {statistics.median(values):9.3f} {max(values):8.3f}")
+    print(f"\n{'board':16} {'panel / variable':48} {'s':>7}  status")
+    for board, title, took, status in sorted(queries, key=lambda q: -q[2]):
+        print(f"{board:16} {title[:48]:48} {took:7.3f}  {status}")
+    bad = [q for q in queries if not q[3].startswith("success")]
+    print(f"\n{len(queries)} dashboard queries, {len(bad)} failed; slowest {max(q[2] for q in queries):.3f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"servers": args.servers, "head_series": head, "failures": failed,
+                                         "groups": durations, "queries": queries}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
