@@ -95,6 +95,13 @@ def _histogram(name: str, labels: dict, tick: int, buckets=(0.05, 0.1, 0.5, 1, 2
     return lines
 
 
+# counters whose panels select on a label value SGLang sets: the label sets those families carry
+COUNTER_LABEL_SETS = {
+    "sglang:dp_attention_tokens_total": [{"kind": "scheduled", "dp_rank": "0"}, {"kind": "scheduled", "dp_rank": "1"}],
+    "sglang:prefill_effective_tokens_total": [{"mode": "device_hit"}, {"mode": "host_hit"}, {"mode": "compute"}],
+}
+
+
 def sglang_exposition(tick: int) -> str:
     """Every SGLang family the dashboards read (each spelling of a renamed one), one TP rank."""
     base = {"engine_type": "unified", "model_name": MODEL, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0"}
@@ -111,7 +118,9 @@ def sglang_exposition(tick: int) -> str:
         elif kind == "histogram":
             lines += _histogram(name, base, tick)
         elif kind == "counter":
-            lines += [f"# TYPE {name} counter", f"{name}{_labels(base)} {float(37 * tick)}"]
+            rows = [{**base, **extra} for extra in COUNTER_LABEL_SETS.get(name, [{}])]
+            lines += [f"# TYPE {name} counter",
+                      *(f"{name}{_labels(row)} {float((37 + i) * tick)}" for i, row in enumerate(rows))]
         else:
             lines += [f"# TYPE {name} gauge", f"{name}{_labels(base)} 0.82"]
     return "\n".join(lines) + "\n"
@@ -287,12 +296,24 @@ class BadQuery(Exception):
     pass
 
 
+def rule_files(workdir: Path) -> list[str]:
+    """Every rule file of ours the dashboards read records of: the committed sidecar and native rules, and the
+    objectives' rules generated from the example objectives (none are committed: no objective is a default)."""
+    from exporter.config import Config
+    from exporter.generate import slo
+    objectives = workdir / "sglang-slo.rules.yml"
+    objectives.write_text(slo.render(Config(slo=slo.example_objectives()))[f"alerts/{slo.SLO_RULES}"])
+    return [str(ROOT / "alerts" / "sglang-exporter.rules.yml"), str(ROOT / "alerts" / "sglang-native.rules.yml"),
+            str(objectives)]
+
+
 class Prometheus:
     def __init__(self, binary: str, workdir: Path, targets: list):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = {
             "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "1s"},
+            "rule_files": rule_files(workdir),
             "scrape_configs": [{"job_name": job, "static_configs": [
                 {"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": NAMESPACE}}]}
                 for job, port in targets],
