@@ -306,9 +306,12 @@ class Sidecar:
             self.recent.record(self.engine.state, now, self.engine.params)
 
     def shutdown(self, timeout: float = 5.0) -> None:
+        """Stops the workers within `timeout` seconds in all (one deadline, not one per thread, so a stop
+        stays inside a pod's termination grace however many workers are slow), then saves positions."""
         self.stop.set()
+        deadline = time.monotonic() + timeout
         for t in self.threads:
-            t.join(timeout)
+            t.join(max(0.0, deadline - time.monotonic()))
         if self.follower is not None:
             if not any(t.name == "follow" and t.is_alive() for t in self.threads):
                 self.save_positions(force=True)

@@ -366,13 +366,20 @@ def test_auth_probes_open_everything_else_closed(serving, hashes, sidecar, monke
 
 
 def test_auth_remembers_good_credentials_and_hides_user_names(serving, hashes):
+    # CPU seconds of this process (the server and its bcrypt run in it), not wall time: other processes' load
+    # on a shared machine stretches a remembered credential's few milliseconds of wall time, never its CPU
+    def cpu_timed(*args):
+        c0 = time.process_time()
+        status, _wall = timed(*args)
+        return status, time.process_time() - c0
+
     port = serving({"users": hashes}).port
     first, second = [], []
     for i in range(5):
-        status, t = timed(port, "/metrics", basic(f"prom{i}", f"pw{i}"))
+        status, t = cpu_timed(port, "/metrics", basic(f"prom{i}", f"pw{i}"))
         assert status == 200
         first.append(t)
-        status, t = timed(port, "/metrics", basic(f"prom{i}", f"pw{i}"))
+        status, t = cpu_timed(port, "/metrics", basic(f"prom{i}", f"pw{i}"))
         assert status == 200
         second.append(t)
     assert statistics.median(first) >= 20 * statistics.median(second), (first, second)
@@ -382,7 +389,7 @@ def test_auth_remembers_good_credentials_and_hides_user_names(serving, hashes):
     after_wrong = []
     for i in range(5):
         assert get(port, "/metrics", basic(f"prom{i}", "pw9"))[0] == 401
-        status, t = timed(port, "/metrics", basic(f"prom{i}", f"pw{i}"))
+        status, t = cpu_timed(port, "/metrics", basic(f"prom{i}", f"pw{i}"))
         assert status == 200
         after_wrong.append(t)
     assert statistics.median(after_wrong) < statistics.median(first) / 5, (first, after_wrong)
