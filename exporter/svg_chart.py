@@ -55,6 +55,14 @@ def time_ticks(t0: float, t1: float, width_px: float) -> list[tuple[float, str]]
     return ticks
 
 
+def _end_label(t0: float, t1: float, ts: float) -> str:
+    """The label of one end of a span too short for aligned ticks: to the second, or to the tenth of a second
+    when both ends fall in one second."""
+    if _utc(t0).strftime("%H:%M:%S") != _utc(t1).strftime("%H:%M:%S"):
+        return _utc(ts).strftime("%H:%M:%S")
+    return _utc(ts).strftime("%H:%M:%S.%f")[:10]
+
+
 def value_ticks(lo: float, hi: float, count: int = 4) -> list[float]:
     """About `count` round values (1, 2, 2.5, 5 x 10^k apart) covering [lo, hi]."""
     if hi <= lo:
@@ -142,12 +150,19 @@ def line_chart(key: str, title: str, unit: str, t: list, series: list, t_range: 
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eee"/>'
                    f'<text class="tick-y" x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#555">'
                    f'{escape(value_label(v))}</text>')
+    labels = []
     for ts, label in time_ticks(t0, t1, pw):
         out.append(f'<line x1="{x(ts):.1f}" x2="{x(ts):.1f}" y1="{top}" y2="{top + ph}" stroke="#eee"/>')
         half = len(label) * CHAR_PX / 2
         if half <= x(ts) <= width - half:        # a label at the very edge would be cut off: its grid line stays
-            out.append(f'<text class="tick-x" x="{x(ts):.1f}" y="{height - 8}" text-anchor="middle" fill="#555">'
-                       f'{escape(label)}</text>')
+            labels.append((x(ts), "middle", label))
+    if len(labels) < 2 and t1 > t0:
+        # A short span (the first seconds of a sidecar, or the minute before a crash) can leave one aligned tick
+        # or none, and one label gives no scale: say when the chart starts and ends instead.
+        labels = [(x(t0), "start", _end_label(t0, t1, t0)), (x(t1), "end", _end_label(t0, t1, t1))]
+    for at, anchor, label in labels:
+        out.append(f'<text class="tick-x" x="{at:.1f}" y="{height - 8}" text-anchor="{anchor}" fill="#555">'
+                   f'{escape(label)}</text>')
     legend_x: float = left
     for value, _label, color in hlines:
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(value):.1f}" y2="{y(value):.1f}" stroke="{color}" '

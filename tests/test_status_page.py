@@ -55,17 +55,25 @@ def test_a_chart_without_points_says_so_and_one_with_points_draws_them():
     assert "healthy ≥ 100" in full
 
 
-@pytest.mark.parametrize("span", [10, 30, 60, 61, 600, 3599, 3600])
-def test_no_time_label_is_cut_off_at_the_chart_edges(span):
-    """A tick exactly at either end (a sidecar up for a round minute) once drew half its label outside."""
-    t1 = 1_764_000_000.0
+@pytest.mark.parametrize("span", [0.4, 1.2, 1.7, 2.5, 10, 30, 60, 61, 600, 3599, 3600])
+@pytest.mark.parametrize("offset", [0.0, 0.3, 0.9])
+def test_no_time_label_is_cut_off_at_the_chart_edges_and_every_span_has_a_scale(span, offset):
+    """A tick exactly at either end (a sidecar up for a round minute) once drew half its label outside; a span of
+    a second or two (the crash demo on a loaded CI machine) once kept a single label, which gives no scale."""
+    t1 = 1_764_000_000.0 + offset
     t0 = t1 - span
     svg = line_chart("q", "Q", "r", [t0, t1], [("q", [1, 2], "#000")], (t0, t1), width=400)
-    labels = re.findall(r'class="tick-x" x="([\d.]+)"[^>]*>([^<]*)<', svg)
+    labels = re.findall(r'class="tick-x" x="([\d.]+)" y="[\d.]+" text-anchor="(\w+)"[^>]*>([^<]*)<', svg)
     assert len(labels) >= 2, svg
-    for x, text in labels:
-        half = len(text) * CHAR_PX / 2
-        assert half <= float(x) <= 400 - half, (x, text)
+    assert len({text for _, _, text in labels}) == len(labels), labels
+    extents = []
+    for x, anchor, text in labels:
+        wide = len(text) * CHAR_PX
+        start = {"start": float(x), "middle": float(x) - wide / 2, "end": float(x) - wide}[anchor]
+        assert 0 <= start and start + wide <= 400, (x, anchor, text)
+        extents.append((start, start + wide))
+    extents.sort()
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(extents, extents[1:])), extents
 
 
 # ---------------------------------------------------------------- the ring
