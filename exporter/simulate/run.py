@@ -36,7 +36,10 @@ def serve_metrics(sim: Simulator, host: str = "127.0.0.1", port: int = 0) -> Thr
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass      # the scraper gave up (its timeout on a loaded machine): its loss, not an error here
 
         def log_message(self, *args):
             pass
