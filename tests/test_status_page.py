@@ -70,7 +70,7 @@ def test_no_time_label_is_cut_off_at_the_chart_edges_and_every_span_has_a_scale(
     for x, anchor, text in labels:
         wide = len(text) * CHAR_PX
         start = {"start": float(x), "middle": float(x) - wide / 2, "end": float(x) - wide}[anchor]
-        assert 0 <= start and start + wide <= 400, (x, anchor, text)
+        assert start >= 0 and start + wide <= 400, (x, anchor, text)
         extents.append((start, start + wide))
     extents.sort()
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(extents, extents[1:])), extents
