@@ -40,7 +40,7 @@ ENV PATH=/opt/sglang-exporter/bin:/usr/local/bin:/usr/bin:/bin \
 USER 65532:65532
 EXPOSE 10060
 # Probes /healthz where the running serve listens, wherever that was set (flag, environment, config file):
-# `healthcheck` reads serve's command line from /proc (exporter/healthcheck.py). Python, not curl.
+# `healthcheck` reads serve's command line from /proc (exporter/cli/healthcheck.py). Python, not curl.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
   CMD ["sglang-exporter", "healthcheck"]
 ENTRYPOINT ["sglang-exporter"]

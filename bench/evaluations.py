@@ -24,7 +24,7 @@ from instructions import instructions  # noqa: E402  (bench/ is not a package)
 
 # analyze with an evaluation interval; prints how many evaluations ran (counted by wrapping Engine.evaluate)
 CODE = """from exporter import engine
-from exporter.analyze import analyze
+from exporter.report.analyze import analyze
 from exporter.config import Config
 calls = [0]
 evaluate = engine.Engine.evaluate

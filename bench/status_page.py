@@ -1,5 +1,5 @@
 """What the status page at / costs: the time to build it with a full hour of samples, its size, and the memory
-of the last-hour ring the sidecar keeps for it (exporter/recent.py).
+of the last-hour ring the sidecar keeps for it (exporter/web/recent.py).
 
     python bench/status_page.py [--builds 50]
 """
@@ -14,10 +14,10 @@ import tracemalloc
 from datetime import datetime
 
 from exporter.config import Config
-from exporter.recent import Recent
-from exporter.server import make_server
-from exporter.sidecar import Sidecar
+from exporter.sidecar.run import Sidecar
 from exporter.simulate import Simulator, load_scenario
+from exporter.web.recent import Recent
+from exporter.web.server import make_server
 
 
 def main() -> None:

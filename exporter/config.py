@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlparse
 
-from exporter import catalog, catalog_slo
+from exporter import catalog
 from exporter.catalog import DEFAULT_PROFILE, PROFILES, RUNBOOK_BASE
+from exporter.catalog import slo as catalog_slo
 
 DEFAULT_PORT = 10060
 ENV_PREFIX = "SGLANG_EXPORTER_"

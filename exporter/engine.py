@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter.advice import KV_FULL, Recommendation, Reconciler
 from exporter.catalog import FAILURE_IDS, SIGNALS
 from exporter.config import Config
 from exporter.ingest.events import Event
-from exporter.signals import Evaluator, Judgement, Sources
+from exporter.signals.advice import KV_FULL, Recommendation, Reconciler
+from exporter.signals.judgement import Evaluator, Judgement, Sources
 from exporter.state import ServerState
 
 MAX_INTERVALS = 1000   # per signal, in history; older ones are merged into a count

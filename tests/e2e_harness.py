@@ -18,7 +18,7 @@ with the same `namespace` and `pod` (another `instance`), as a PodMonitor scrape
 rule files are loaded, and the native rules must stand down where the sidecar is scraped.
 
 What each case must raise is derived, not listed: the signal ids come from the scenario table of
-docs/simulate.md, the alert name, severity and texts from exporter/catalog.py, the receiver from the
+docs/simulate.md, the alert name, severity and texts from exporter/catalog/, the receiver from the
 routing contract (critical -> page, else ticket), and inhibitions from the inhibit rules of
 alerts/alertmanager.yml.
 """
@@ -46,13 +46,13 @@ from helpers import free_port, require_tool, wait_until
 
 from exporter import catalog
 from exporter.config import AlertSettings, Config
-from exporter.failures import classify_cause
 from exporter.generate import alertmanager
 from exporter.generate import rules as gen
 from exporter.generate.gotemplate import expand_label_blocks
 from exporter.generate.promql import fmt_duration, parse_duration
 from exporter.generate.settings import RuleSettings
 from exporter.simulate import CRASH_CAUSE, Simulator, load_scenario, parse_scenario, serve_metrics
+from exporter.state.failures import classify_cause
 
 ROOT = Path(__file__).resolve().parents[1]
 AM_EXAMPLE = ROOT / "alerts" / alertmanager.ALERTMANAGER

@@ -15,8 +15,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.config import Config
-from exporter.expose import SidecarCollector
-from exporter.sidecar import Sidecar
+from exporter.sidecar.run import Sidecar
+from exporter.web.expose import SidecarCollector
 
 GOLDEN = Path(__file__).parent / "golden" / "exposition.txt"
 T = 1_754_932_623.0       # 2025-08-11 17:17:03 UTC

@@ -11,9 +11,11 @@ import pytest
 import yaml
 from helpers import require_tool
 
-from exporter import catalog, catalog_native, generate, signals
+from exporter import catalog, generate
 from exporter.catalog import Advice, AlertSpec, Signal
+from exporter.catalog import native as catalog_native
 from exporter.config import Config, ConfigError, build
+from exporter.signals import judgement as signals
 
 TOY = Signal(
     id="toy_queue_high",

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from test_signals import T0, decode, engine, memory_config, oom, retraction, server_args
 
-from exporter.advice import reconcile
 from exporter.catalog import GIB, SIGNALS, SIGNALS_BY_ID
-from exporter.signals import Judgement
+from exporter.signals.advice import reconcile
+from exporter.signals.judgement import Judgement
 
 
 def fired(*ids, value=1.0) -> dict:
@@ -221,7 +221,7 @@ def test_engine_advice_follows_oom_after_restart_current_values():
 
 
 def test_reconciler_remembers_only_while_its_inputs_stay():
-    from exporter.advice import Reconciler
+    from exporter.signals.advice import Reconciler
     rec = Reconciler()
     j = fired("retractions_frequent", "oom_decode")
     args = {"schedule_conservativeness": 1.0, "max_running_requests": 256}

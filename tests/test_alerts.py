@@ -12,7 +12,7 @@ import yaml
 from helpers import require_tool
 
 from exporter import catalog, generate
-from exporter.catalog_native import NATIVE_VALUES, family_span, native_metric_names
+from exporter.catalog.native import NATIVE_VALUES, family_span, native_metric_names
 from exporter.cli import main as cli_main
 from exporter.config import AlertSettings, Config, ConfigError, build
 from exporter.generate import rules as gen
@@ -401,7 +401,7 @@ def test_runbook_urls_resolve():
 
 
 def test_native_rules_read_only_families_of_the_native_table():
-    """Every SGLang metric the native rules read is a family of exporter.catalog_native that some release
+    """Every SGLang metric the native rules read is a family of exporter.catalog.native that some release
     defines (so its name and version span come from the one table)."""
     recorded = {r[2]["record"] for r in load_rules(ALERTS / gen.NATIVE_RULES) if "record" in r[2]}
     for r in load_rules(ALERTS / gen.NATIVE_RULES):

@@ -300,9 +300,9 @@ def test_schema_keys_documented(tmp_path):
 def test_report_is_the_same_when_every_evaluation_advises(tmp_path, name, monkeypatch):
     """analyze skips the reconciler at each evaluation (engine.advise = False) because its report reconciles
     once at the end: the report must not change when every evaluation advises, as serve's do."""
-    from exporter import analyze as analyze_module
     from exporter.config import Config
     from exporter.engine import Engine
+    from exporter.report import analyze as analyze_module
 
     class Advising(Engine):
         advise = property(lambda self: True, lambda self, value: None)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.analyze import analyze, next_due
 from exporter.config import Config
 from exporter.ingest.grammar import Parser
+from exporter.report.analyze import analyze, next_due
 from exporter.state import ServerState
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,8 +8,8 @@ import sys
 
 from exporter.cli import build_parser, main
 
-HEAVY = ("yaml", "prometheus_client", "watchdog", "http.server", "exporter.simulate", "exporter.server",
-         "exporter.sidecar", "exporter.generate", "exporter.scrape")
+HEAVY = ("yaml", "prometheus_client", "watchdog", "http.server", "exporter.simulate", "exporter.web.server",
+         "exporter.sidecar.run", "exporter.generate", "exporter.ingest.scrape")
 
 PROBE = """import json, sys
 from exporter.cli import main

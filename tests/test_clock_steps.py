@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from exporter import readback
 from exporter.config import Config
-from exporter.sidecar import Sidecar
+from exporter.sidecar import readback
+from exporter.sidecar.run import Sidecar
 
 PAGING = ("retraction_storm", "retractions_frequent")
 

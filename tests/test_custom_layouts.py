@@ -115,10 +115,10 @@ def test_a_generated_log_reads_the_same_behind_a_custom_layout(tmp_path):
 
 
 def test_analyze_and_html_name_the_layouts_and_the_share_read():
-    from exporter.analyze import analyze
-    from exporter.analyze_text import render_text
     from exporter.config import Config
-    from exporter.report_html import render_html
+    from exporter.report.analyze import analyze
+    from exporter.report.html import render_html
+    from exporter.report.text import render_text
     rep = analyze([str(LAYOUTS / "mixed_restart.log")], Config(), progress=False)
     assert rep["layouts"]["layouts"] == {"[<time> <rank>] (SGLang's own)": 2, "<time> <level> [<file>:<n>] ": 3}
     assert rep["layouts"]["clock"] == "log" and rep["layouts"]["share_read"] == round(5 / 6, 4)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import free_port, wait_until
 
+from exporter.cli.demo import then_idle
 from exporter.config import Config
-from exporter.demo import then_idle
-from exporter.sidecar import Sidecar
+from exporter.sidecar.run import Sidecar
 from exporter.simulate import Simulator, load_scenario, serve_metrics
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from exporter.analyze import analyze
-from exporter.analyze_text import render_text
 from exporter.config import Config
 from exporter.engine import verdict
-from exporter.failures import classify_cause
-from exporter.sidecar import Sidecar
+from exporter.report.analyze import analyze
+from exporter.report.text import render_text
+from exporter.sidecar.run import Sidecar
+from exporter.state.failures import classify_cause
 
 FIXTURES = Path(__file__).parent / "fixtures" / "failures"
 ALL = sorted(p.name for p in FIXTURES.glob("*.log"))
@@ -274,7 +274,7 @@ def test_serve_and_analyze_agree(tmp_path, name):
 
 @pytest.mark.parametrize("name", ["startup_oom_cuda_graph.log", "oom_untimed.log"])
 def test_html_report_shows_the_failure(name):
-    from exporter.report_html import render_html
+    from exporter.report.html import render_html
     rep = analyze([str(FIXTURES / name)], Config(), progress=False, series=True)
     page = render_html(rep)
     assert "Verdict: FAILED" in page and "class='failures'" in page

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from helpers import free_port, wait_until
 
-from exporter import checkpoint
 from exporter.config import Config
-from exporter.server import make_server, serve_in_thread
-from exporter.sidecar import Sidecar
+from exporter.sidecar import checkpoint
+from exporter.sidecar.run import Sidecar
+from exporter.web.server import make_server, serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
@@ -102,7 +102,7 @@ def _try_get(url: str):
 def _python_start_allowance() -> float:
     """The interpreter's own start-up (imports), measured here, is not the sidecar's to answer for."""
     t = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import exporter.cli, exporter.server, exporter.sidecar"], cwd=ROOT,
+    subprocess.run([sys.executable, "-c", "import exporter.cli, exporter.web.server, exporter.sidecar.run"], cwd=ROOT,
                    check=True)
     return time.monotonic() - t
 
@@ -434,7 +434,7 @@ def test_positions_that_would_not_read_back_are_not_written_and_counting_goes_on
 def test_a_stuck_follower_reads_as_down_and_fails_healthz(tmp_path, monkeypatch):
     """A follow thread that stops finishing polls (blocked on a hung filesystem, say) must not leave its
     sources frozen at up: they read down and /healthz fails, so the kubelet restarts the exporter."""
-    import exporter.sidecar as sidecar_mod
+    import exporter.sidecar.run as sidecar_mod
     log = tmp_path / "sglang.log"
     log.write_text("")
     sc, server, base = _start_in_process(Config(log_files=(str(log),), poll_interval=0.02))

@@ -28,10 +28,10 @@ from e2e_harness import (
 from helpers import require_tool, wait_until
 
 from exporter import catalog
-from exporter.expose import cause_label
 from exporter.generate import rules as gen
 from exporter.generate.promql import parse_duration
 from exporter.simulate import CRASH_CAUSE, REQUEST_ERROR_CAUSE
+from exporter.web.expose import cause_label
 
 pytestmark = pytest.mark.real
 

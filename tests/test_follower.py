@@ -19,13 +19,13 @@ from helpers import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter import checkpoint
-from exporter.checkpoint import CheckpointError
 from exporter.ingest import follower as follower_mod
 from exporter.ingest import watch as watch_mod
 from exporter.ingest.containers import ContainerDecoder
 from exporter.ingest.follower import Follower, FollowStats, Line, _cut_point, _Splitter, expand, read_lines
 from exporter.ingest.positions import PositionsError
+from exporter.sidecar import checkpoint
+from exporter.sidecar.checkpoint import CheckpointError
 
 
 def texts(lines: list[Line]) -> list[str]:

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
-from exporter import checkpoint
 from exporter.ingest.follower import Follower
+from exporter.sidecar import checkpoint
 
 GRACE = 5.0
 N_LINES = 240
@@ -386,8 +386,8 @@ def test_stale_source_reaches_the_exposition(tmp_path):
     from prometheus_client import CollectorRegistry, generate_latest
 
     from exporter.config import Config
-    from exporter.expose import SidecarCollector
-    from exporter.sidecar import Sidecar
+    from exporter.sidecar.run import Sidecar
+    from exporter.web.expose import SidecarCollector
 
     p = tmp_path / "sglang.log"
     fh = open(p, "ab", buffering=0)  # noqa: SIM115

@@ -17,15 +17,15 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.advice import Recommendation
 from exporter.catalog import METRICS, NS, SIGNALS_BY_ID
 from exporter.config import Config
 from exporter.engine import SignalHistory, Snapshot
-from exporter.expose import SidecarCollector, families
 from exporter.ingest.events import as_event
 from exporter.ingest.grammar import Parser
-from exporter.sidecar import Sidecar, View
-from exporter.signals import Judgement
+from exporter.sidecar.run import Sidecar, View
+from exporter.signals.advice import Recommendation
+from exporter.signals.judgement import Judgement
+from exporter.web.expose import SidecarCollector, families
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import free_port, wait_until
 
-from exporter.healthcheck import probe_url, serve_argv
+from exporter.cli.healthcheck import probe_url, serve_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 

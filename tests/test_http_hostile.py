@@ -21,9 +21,9 @@ import pytest
 from helpers import wait_until
 
 from exporter.config import Config
-from exporter.listener import Limits, Listener, Response
-from exporter.server import make_server, serve_in_thread
-from exporter.sidecar import Sidecar
+from exporter.sidecar.run import Sidecar
+from exporter.web.listener import Limits, Listener, Response
+from exporter.web.server import make_server, serve_in_thread
 
 LOG = """\
 [2025-08-11 17:17:00] server_args=ServerArgs(model_path='m', served_model_name='m', schedule_conservativeness=1.0, cuda_graph_max_bs=160)

@@ -102,7 +102,7 @@ def test_a_burst_is_read_a_bounded_slice_at_a_time(tmp_path):
     backlog is read."""
     import random
 
-    from exporter.sidecar import LOG_POLL_BUDGET, Sidecar
+    from exporter.sidecar.run import LOG_POLL_BUDGET, Sidecar
     log = tmp_path / "sglang.log"
     log.touch()
     sc = Sidecar(Config(profile="offline", log_files=(str(log),)), clock=lambda: 1e9)

@@ -8,7 +8,7 @@ import pytest
 
 from exporter import releases
 from exporter.catalog import SIGNALS
-from exporter.catalog_native import (
+from exporter.catalog.native import (
     METRICS_ONLY,
     NATIVE_BY_NAME,
     NATIVE_VALUES,
@@ -21,7 +21,7 @@ from exporter.catalog_native import (
 )
 from exporter.config import Config
 from exporter.engine import Engine
-from exporter.scrape import parse_exposition
+from exporter.ingest.scrape import parse_exposition
 from tests import expositions
 
 ALL = releases.releases()
@@ -249,7 +249,7 @@ def target():
 def test_a_metrics_only_sidecar_says_which_judgements_the_release_cannot_make(target, release, retractions):
     """serve --sglang-url (no log) over real HTTP: /metrics marks the unsupported signals, the API says why."""
     from exporter.config import Config
-    from exporter.sidecar import Sidecar
+    from exporter.sidecar.run import Sidecar
     from tests.test_scrape import Clock, families, metric, ok
     clock = Clock()
     sc = Sidecar(Config(sglang_url=target.base, scrape_timeout=2.0), clock=clock)

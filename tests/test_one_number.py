@@ -11,14 +11,14 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter import flags
-from exporter.analyze import analyze
-from exporter.analyze_text import render_text
 from exporter.config import Config
-from exporter.expose import SidecarCollector
-from exporter.server import signals_document
-from exporter.sidecar import Sidecar
+from exporter.releases import flags
+from exporter.report.analyze import analyze
+from exporter.report.text import render_text
+from exporter.sidecar.run import Sidecar
 from exporter.simulate import Simulator, load_scenario
+from exporter.web.expose import SidecarCollector
+from exporter.web.server import signals_document
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_754_932_620.0          # 2025-08-11 17:17:00 UTC

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from helpers import free_port, wait_until
 
-from exporter import checkpoint
 from exporter.config import Config
-from exporter.sidecar import Sidecar
+from exporter.sidecar import checkpoint
+from exporter.sidecar.run import Sidecar
 
 ROOT = Path(__file__).resolve().parent.parent
 

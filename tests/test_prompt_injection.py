@@ -9,7 +9,7 @@ import json
 import pytest
 
 from exporter.config import Config
-from exporter.sidecar import Sidecar
+from exporter.sidecar.run import Sidecar
 
 T = 1_754_932_623.0
 D = "[2025-08-11 17:17:09 TP0] "

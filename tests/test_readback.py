@@ -4,8 +4,8 @@ from __future__ import annotations
 import calendar
 import os
 
-from exporter import readback
 from exporter.ingest.lines import read_range
+from exporter.sidecar import readback
 
 ARGS_OLD = "[2025-06-01 10:00:00] server_args=ServerArgs(model_path='a', tp_size=1)\n"
 ARGS_NEW = "[2025-06-01 12:00:00] server_args={'model_path': 'b', 'tp_size': 2}\n"

@@ -13,7 +13,7 @@ import pytest
 from helpers import IN_CI, require_tool
 
 from exporter.catalog import RUNBOOK_BASE
-from exporter.report_html import decimate
+from exporter.report.html import decimate
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -123,8 +123,8 @@ def test_report_renders_in_headless_chromium_without_errors_or_network(tmp_path)
 
 
 def _report(tmp_path, scenario: str, profile: str = "offline") -> dict:
-    from exporter.analyze import analyze as replay
     from exporter.config import Config
+    from exporter.report.analyze import analyze as replay
     return replay([str(scenario_log(tmp_path, scenario))], Config(profile=profile), progress=False, series=True)
 
 
@@ -138,8 +138,8 @@ def test_restart_lines_are_drawn_only_where_a_restart_was_counted(tmp_path, scen
 
 
 def test_crash_report_names_the_runbook_where_no_flag_helps(tmp_path):
-    from exporter.analyze_text import render_text
-    from exporter.report_html import render_html
+    from exporter.report.html import render_html
+    from exporter.report.text import render_text
     report = _report(tmp_path, "server_crash", profile="online")
     crash = next(s for s in report["signals"] if s["id"] == "server_crashed")
     assert crash["fired"] and crash["runbook_url"] == f"{RUNBOOK_BASE}/SGLangServerCrashed.md"
@@ -158,9 +158,9 @@ def test_crash_report_names_the_runbook_where_no_flag_helps(tmp_path):
 
 
 def test_a_report_of_a_log_without_timestamps_draws_no_time_axis(tmp_path):
-    from exporter.analyze import analyze as replay
     from exporter.config import Config
-    from exporter.report_html import render_html
+    from exporter.report.analyze import analyze as replay
+    from exporter.report.html import render_html
     log = scenario_log(tmp_path, "healthy_offline")
     untimed = tmp_path / "untimed.log"
     untimed.write_text(re.sub(r"(?m)^\[[^\]]*\] ", "", log.read_text()))

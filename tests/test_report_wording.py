@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from exporter.analyze import analyze
-from exporter.analyze_text import advice_phrase, render_text
+from exporter.cli.demo import _status_line
 from exporter.config import Config
-from exporter.demo import _status_line
-from exporter.server import signals_document
-from exporter.sidecar import Sidecar
+from exporter.report.analyze import analyze
+from exporter.report.text import advice_phrase, render_text
+from exporter.sidecar.run import Sidecar
 from exporter.simulate import Simulator, load_scenario
+from exporter.web.server import signals_document
 
 WHEN = datetime(2025, 8, 11, 17, 0, 0)
 

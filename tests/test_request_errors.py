@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from exporter.analyze import analyze
 from exporter.config import Config
 from exporter.engine import Engine
 from exporter.ingest.grammar import Parser
-from exporter.scrape import parse_exposition
+from exporter.ingest.scrape import parse_exposition
+from exporter.report.analyze import analyze
 
 DAY = "2026-03-01"
 GC = "LONG GARBAGE COLLECTION DETECTED | Generation 2 | Duration: 0.1200s | # Objects: gen0=1, gen1=2, gen2=3"

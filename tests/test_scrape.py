@@ -10,8 +10,8 @@ import pytest
 from helpers import free_port
 
 from exporter.config import Config
-from exporter.scrape import parse_exposition, scrape
-from exporter.sidecar import SGLANG_SOURCE, Sidecar
+from exporter.ingest.scrape import parse_exposition, scrape
+from exporter.sidecar.run import SGLANG_SOURCE, Sidecar
 
 # ---------------------------------------------------------------------------------------------- fixtures
 V0_3_6 = """\
@@ -305,7 +305,7 @@ def metric(view_families, name, labels=None):
 
 
 def families(sidecar):
-    from exporter.expose import families as fams
+    from exporter.web.expose import families as fams
     return fams(sidecar.view())
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.scrape import scrape
+from exporter.ingest.scrape import scrape
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1 << 20
@@ -56,7 +56,7 @@ def upstream():
 
 MEASURE = """
 import json, resource, sys
-from exporter.scrape import scrape
+from exporter.ingest.scrape import scrape
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 res = scrape(sys.argv[1], 300.0, 16 << 20)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -102,7 +102,7 @@ def test_families_cut_into_parts_fold_to_the_same_result(monkeypatch):
     """Every release's exposition (tests/conformance), with bad samples in a counter and a histogram too, gives
     the same result whole and cut into parts of 1 sample: the parts add up, a bad sample in any part still
     drops its counter or histogram."""
-    from exporter import scrape as scrape_module
+    from exporter.ingest import scrape as scrape_module
     pages = sorted((ROOT / "tests" / "conformance" / "expositions").rglob("*.prom"))
     assert pages
     texts = [p.read_text() for p in pages]
@@ -125,7 +125,7 @@ def test_what_one_scrape_keeps_is_bounded_whatever_the_page():
     """Rank label sets, series of a counter and bucket bounds of a histogram past their bounds are rejected as
     too_many_series (a counter or histogram past its bound is dropped whole), so a page of many distinct
     series costs no more than a page of a few."""
-    from exporter import scrape as s
+    from exporter.ingest import scrape as s
     ranks = "".join(f'sglang:num_running_reqs{{tp_rank="{i}"}} 1\n' for i in range(s.MAX_SCRAPE_RANKS + 44))
     counter = "".join(f'sglang:num_requests_total{{client="c{i}"}} 1\n' for i in range(s.MAX_COUNTER_SERIES + 1))
     buckets = "".join(f'sglang:time_to_first_token_seconds_bucket{{le="{i}.5"}} {i}\n'

@@ -265,7 +265,7 @@ def test_basic_auth(tmp_path, logfile, cert):
 
 def test_web_config_takes_htpasswd_hashes(tmp_path):
     bcrypt = pytest.importorskip("bcrypt")
-    from exporter.server import load_web_config
+    from exporter.web.server import load_web_config
     hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
     web = tmp_path / "web.yaml"
     web.write_text(f"basic_auth_users:\n  a: '{hashed}'\n  b: '{hashed.replace('$2b$', '$2y$', 1)}'\n")
@@ -311,7 +311,7 @@ def test_a_refused_scrape_is_logged_served_and_timestamped_with_its_reason(tmp_p
     assert len(down) == 2, down                      # one line per change, not one per failed scrape
     line = next(r for r in down if r["source"] == "sglang_metrics")
     assert line["message"] == f"SGLang's /metrics at {refused} is down: refused: connection refused"
-    assert line["logger"] == "exporter.source_health" and line["time"].endswith("Z")
+    assert line["logger"] == "exporter.sidecar.source_health" and line["time"].endswith("Z")
 
 
 def test_a_source_coming_back_is_logged_once(tmp_path):

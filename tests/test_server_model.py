@@ -195,15 +195,15 @@ def test_rank_labels_round_trip():
 
 # ------------------------------------------------------------------------------------------ release-aware flags
 def graph_advice(server_args: dict):
-    from exporter.advice import reconcile
-    from exporter.signals import Judgement
+    from exporter.signals.advice import reconcile
+    from exporter.signals.judgement import Judgement
     fired = {"cuda_graph_off_small_batch": Judgement("cuda_graph_off_small_batch", "warning", True, 0.5)}
     recs = reconcile(fired, server_args, {}, facts={"graph_off_peak": 300})
     return next(r for r in recs if "cuda-graph-max-bs" in r.flag)
 
 
 def test_the_renamed_graph_limit_is_read_whatever_the_release_calls_it():
-    from exporter import flags
+    from exporter.releases import flags
     assert flags.chain("cuda_graph_max_bs") == ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")
     st = state()
     st.apply_event(ev("server_args", T0, {"cuda_graph_max_bs_decode": 512}), T0)
@@ -217,7 +217,7 @@ def test_the_renamed_graph_limit_is_read_whatever_the_release_calls_it():
                                        ("0.4.6-dp2", "--cuda-graph-max-bs")])
 def test_advice_names_the_flag_the_release_accepts(name, flag):
     from exporter import releases
-    from exporter.flags import infer_release
+    from exporter.releases.flags import infer_release
     st = replay(RANKS / f"{name}.log").state
     release = infer_release(st.server_args)
     assert release is not None
@@ -229,7 +229,7 @@ def test_advice_names_the_flag_the_release_accepts(name, flag):
 
 def test_a_full_server_args_dump_pins_the_release():
     from exporter import releases
-    from exporter.flags import infer_release
+    from exporter.releases.flags import infer_release
     for r in ("0.4.6.post5", "0.5.13.post1", "0.5.14", "0.5.23"):
         assert infer_release(dict.fromkeys(releases.server_args(r), 1)) == (r, r)
     assert infer_release({"cuda_graph_max_bs": 1}) == ("0.3.5.post2", "0.5.13.post1")
@@ -245,8 +245,8 @@ def test_advice_for_an_unknown_release_names_both_spellings():
 
 
 def test_analyze_reports_the_server_as_a_whole():
-    from exporter.analyze import analyze
-    from exporter.analyze_text import render_text
+    from exporter.report.analyze import analyze
+    from exporter.report.text import render_text
     rep = analyze([str(RANKS / "0.4.6-dp4-to-dp2-dpa.log")], Config(profile="offline"), progress=False)
     server = rep["server"]
     assert server["startup_seen"] and server["restarts"] == rep["restarts"] == 1
@@ -262,7 +262,7 @@ def test_analyze_reports_the_server_as_a_whole():
 
 def test_a_sidecar_joining_a_running_server_says_start_up_not_seen_until_it_restarts(tmp_path):
     """Real files, the sidecar's own start (read-back finds no start-up) and follower pass; no threads."""
-    from exporter.sidecar import Sidecar
+    from exporter.sidecar.run import Sidecar
     lines = (RANKS / "0.5.23-dp2-restart.log").read_text().splitlines(keepends=True)
     restart = next(i for i, t in enumerate(lines) if "server_args=" in t and i > 0)
     serving = [t for t in lines[:restart] if "Decode batch" in t]
@@ -291,7 +291,8 @@ def test_a_sidecar_joining_a_running_server_says_start_up_not_seen_until_it_rest
 
 def test_the_flag_index_agrees_with_the_release_loader():
     """flags builds its per-release index in one pass for speed; it must say what exporter.releases says."""
-    from exporter import flags, releases
+    from exporter import releases
+    from exporter.releases import flags
     _, pos, fields, accepts, primary = flags._index()
     for r in releases.releases():
         args = releases.server_args(r)

@@ -7,7 +7,7 @@ import pytest
 from exporter.config import Config
 from exporter.engine import Engine
 from exporter.ingest.pipeline import iter_file_events
-from exporter.scrape import parse_exposition
+from exporter.ingest.scrape import parse_exposition
 from tests import serving_faults as sf
 
 T0, STEP = 1000.0, 15.0

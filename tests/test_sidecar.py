@@ -4,7 +4,7 @@ from __future__ import annotations
 from helpers import wait_until
 
 from exporter.config import Config
-from exporter.sidecar import Sidecar
+from exporter.sidecar.run import Sidecar
 
 CRASH = """[2025-08-11 17:17:03 TP0] Decode batch, #running-req: 3, #token: 100, token usage: 0.10, cuda graph: True, gen throughput (token/s): 10.00, #queue-req: 0
 [2025-08-11 17:17:04 TP0] Scheduler hit an exception: Traceback (most recent call last):

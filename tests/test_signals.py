@@ -10,7 +10,7 @@ from exporter.catalog import GIB, PROFILES, SIGNALS, SIGNALS_BY_ID, active_signa
 from exporter.config import Config
 from exporter.engine import Engine
 from exporter.ingest.events import EMPTY_RANK, Event
-from exporter.scrape import ScrapeResult
+from exporter.ingest.scrape import ScrapeResult
 
 T0 = 1_700_000_000.0
 
@@ -600,6 +600,6 @@ def test_every_signal_can_fire():
     # queue below and above range and headroom low/high exclude each other; the tuning signals read /metrics
     # (tests/test_native_metrics.py makes each fire), the serving signals /metrics, a --max-queued-requests or
     # several start-ups (tests/test_serving_signals.py makes each fire)
-    from exporter.catalog_serving import SERVING_SIGNALS
-    from exporter.catalog_tuning import TUNING_SIGNALS
+    from exporter.catalog.serving import SERVING_SIGNALS
+    from exporter.catalog.tuning import TUNING_SIGNALS
     assert not_firing - {s.id for s in TUNING_SIGNALS + SERVING_SIGNALS} == {"queue_below_range", "gpu_headroom_high"}

@@ -10,10 +10,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import simulate
-from exporter.catalog_native import NATIVE_BY_NAME, family_values
+from exporter.catalog.native import NATIVE_BY_NAME, family_values
 from exporter.config import Config
 from exporter.ingest.grammar import Parser
-from exporter.sidecar import Sidecar
+from exporter.sidecar.run import Sidecar
 from exporter.simulate import (
     FAMILIES,
     LineWriter,
@@ -596,8 +596,8 @@ FIRES = {
 
 @pytest.mark.parametrize("name", sorted(FIRES))
 def test_scenario_fires_its_signals(name, tmp_path):
-    from exporter.analyze import analyze
     from exporter.config import Config
+    from exporter.report.analyze import analyze
     log = tmp_path / f"{name}.log"
     Simulator(load_scenario(name), start=WHEN).write_log(log)
     report = analyze([str(log)], Config(profile="offline"), progress=False)

@@ -12,7 +12,7 @@ from helm_render import CHART, NAMESPACE, RELEASE, template, value_sets
 from helm_render import helm as run_helm
 from helpers import require_tool
 
-from exporter import catalog_slo
+from exporter.catalog import slo as catalog_slo
 from exporter.config import Config, ConfigError, build
 from exporter.generate import helm, render, write
 from exporter.generate.settings import RuleSettings

@@ -7,13 +7,13 @@ import logging
 
 import pytest
 
-from exporter.logging_setup import configure
-from exporter.source_health import SourceHealth, log_source_problem
+from exporter.cli.logging_setup import configure
+from exporter.sidecar.source_health import SourceHealth, log_source_problem
 
 
 def test_one_line_per_change_and_the_last_error_is_kept(caplog):
     h = SourceHealth()
-    with caplog.at_level(logging.INFO, logger="exporter.source_health"):
+    with caplog.at_level(logging.INFO, logger="exporter.sidecar.source_health"):
         h.observe("m", "metrics", "SGLang's /metrics", False, "refused: connection refused", 10.0)
         h.observe("m", "metrics", "SGLang's /metrics", False, "timeout: no complete reply within 5 s", 25.0)
         h.observe("m", "metrics", "SGLang's /metrics", True, "", 40.0)
@@ -31,7 +31,7 @@ def test_one_line_per_change_and_the_last_error_is_kept(caplog):
 
 def test_a_stale_log_is_an_error_but_not_down(caplog):
     h = SourceHealth()
-    with caplog.at_level(logging.INFO, logger="exporter.source_health"):
+    with caplog.at_level(logging.INFO, logger="exporter.sidecar.source_health"):
         h.observe("/l", "log", "log source /l", True, "", 1.0)
         h.observe("/l", "log", "log source /l", True, "stale: still written", 2.0)
     assert [r.getMessage() for r in caplog.records] == ["log source /l is up"]

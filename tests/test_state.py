@@ -8,7 +8,7 @@ from test_signals import T0, decode, memory_config, prefill, server_args
 from exporter.config import Config
 from exporter.ingest.events import Event, as_event
 from exporter.ingest.grammar import Parser
-from exporter.scrape import ScrapeResult
+from exporter.ingest.scrape import ScrapeResult
 from exporter.state import MAX_RANKS, MAX_WINDOW_BUCKETS, HitWindow, ServerState, TimeWindow, usage_of
 
 

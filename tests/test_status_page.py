@@ -11,13 +11,13 @@ from html.parser import HTMLParser
 import pytest
 
 from exporter.config import Config
-from exporter.markdown_html import inline, to_html
-from exporter.recent import RECENT_SAMPLES, Recent
-from exporter.server import make_server, serve_in_thread
-from exporter.sidecar import Sidecar
+from exporter.sidecar.run import Sidecar
 from exporter.simulate import Simulator, load_scenario
 from exporter.state import ServerState
-from exporter.svg_chart import CHAR_PX, line_chart, time_ticks
+from exporter.web.markdown import inline, to_html
+from exporter.web.recent import RECENT_SAMPLES, Recent
+from exporter.web.server import make_server, serve_in_thread
+from exporter.web.svg_chart import CHAR_PX, line_chart, time_ticks
 
 # ---------------------------------------------------------------- the time axis
 
@@ -203,7 +203,7 @@ def test_a_page_before_any_data_says_so(tmp_path):
 
 def test_everything_the_logs_control_is_escaped():
     """A model name, a cause line, a detail or a log path are text from outside: never markup on the page."""
-    from exporter import status_page
+    from exporter.web import status_page
     evil = "<script>alert(1)</script>"
     doc = {"version": "x", "profile": "offline", "time": 0.0, "model": evil, "format_family": evil,
            "verdict": "failed", "verdict_reason": evil,

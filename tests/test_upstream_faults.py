@@ -18,9 +18,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config
-from exporter.scrape import scrape
-from exporter.server import App
-from exporter.sidecar import SGLANG_SOURCE, Sidecar
+from exporter.ingest.scrape import scrape
+from exporter.sidecar.run import SGLANG_SOURCE, Sidecar
+from exporter.web.server import App
 
 TIMEOUT = 0.3        # per scrape: the hang and drip faults cost this much each
 MAX_BYTES = 50_000
@@ -303,7 +303,7 @@ def test_with_logs_followed_a_stale_scrape_leaves_the_log_values(tmp_path, upstr
 
 def test_one_line_is_logged_per_change_of_up(upstream, caplog):
     sc, clock, _ = metrics_only(upstream)
-    with caplog.at_level(logging.INFO, logger="exporter.source_health"):
+    with caplog.at_level(logging.INFO, logger="exporter.sidecar.source_health"):
         sc.scrape_once()
         upstream.mode = "500"
         for _ in range(3):
@@ -313,7 +313,7 @@ def test_one_line_is_logged_per_change_of_up(upstream, caplog):
         upstream.mode = "ok"
         clock.t += INTERVAL
         sc.scrape_once()
-    lines = [r.getMessage() for r in caplog.records if r.name == "exporter.source_health"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "exporter.sidecar.source_health"]
     assert len(lines) == 3, lines
     assert lines[0].endswith("is up") and lines[1].endswith("is down: http 500") and lines[2].endswith("is up")
 

@@ -9,9 +9,9 @@ import re
 import pytest
 import week_logs
 
-from exporter.analyze import analyze
 from exporter.catalog import SIGNALS
 from exporter.config import Config
+from exporter.report.analyze import analyze
 
 PAGING = {s.id: s.alert.for_ for s in SIGNALS if s.alert is not None and s.alert.page}
 _UNIT = {"s": 1, "m": 60, "h": 3600}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from exporter import catalog_slo
+from exporter.catalog import slo as catalog_slo
 from exporter.config import Config
 from exporter.generate import kubernetes, rules, slo
 from exporter.generate.promql import num

@@ -3,7 +3,7 @@ model, and the sidecar's per-server signal states and inventory. Real label sets
 StatefulSet (identical namespace, pod and address), so a roll-up that forgets `cluster` fails here."""
 from __future__ import annotations
 
-from exporter.catalog_native import native_metric_names
+from exporter.catalog.native import native_metric_names
 from exporter.generate.promql import fmt_duration, parse_duration
 from exporter.generate.promtool_common import (
     POD_A,

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 
-from exporter import catalog_slo
-from exporter.catalog_slo import KINDS_BY_ID, ObjectiveKind
+from exporter.catalog import slo as catalog_slo
+from exporter.catalog.slo import KINDS_BY_ID, ObjectiveKind
 from exporter.generate.promql import fmt_duration, num, parse_duration
 from exporter.generate.promtool_common import (
     POD_A,

@@ -9,7 +9,7 @@ labels). Start-up regressions are judged by the sidecar only: a restarted pod is
 from __future__ import annotations
 
 from exporter import catalog
-from exporter.catalog_native import native_metric_names
+from exporter.catalog.native import native_metric_names
 from exporter.generate.promql import by, fmt_duration, num, sel
 from exporter.generate.settings import RuleSettings
 

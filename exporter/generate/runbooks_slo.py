@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter import catalog_slo
-from exporter.catalog_slo import KINDS_BY_ID
+from exporter.catalog import slo as catalog_slo
+from exporter.catalog.slo import KINDS_BY_ID
 from exporter.generate.promql import sel
 from exporter.generate.rules import Alert
 from exporter.generate.settings import RuleSettings

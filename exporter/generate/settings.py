@@ -49,7 +49,7 @@ class RuleSettings:
 
     def objectives(self) -> dict:
         """The `slo:` objectives in force, in the catalog's order (kind -> {target, threshold_seconds})."""
-        from exporter.catalog_slo import KINDS
+        from exporter.catalog.slo import KINDS
         return {k.id: self.config.slo[k.id] for k in KINDS if k.id in self.config.slo}
 
     def _overrides(self, signal_id: str) -> dict:

@@ -8,8 +8,8 @@ the identity labels reaches these rules too. Without a `slo:` section nothing is
 """
 from __future__ import annotations
 
-from exporter import catalog_slo
-from exporter.catalog_slo import KINDS, KINDS_BY_ID, ObjectiveKind, alert_names
+from exporter.catalog import slo as catalog_slo
+from exporter.catalog.slo import KINDS, KINDS_BY_ID, ObjectiveKind, alert_names
 from exporter.generate.promql import by, num, sel
 from exporter.generate.rules import HEADER, Alert, decorate, dump
 from exporter.generate.settings import RuleSettings

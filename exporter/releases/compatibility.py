@@ -21,7 +21,7 @@ LINE_KINDS = {"prefill_batch": "prefill_batch", "decode_batch": "decode_batch", 
 def what_we_read() -> dict:
     """Names the exporter reads: line kinds, batch-line keys, metric families (short names), advised flags."""
     from exporter import catalog
-    from exporter.catalog_native import family_values
+    from exporter.catalog.native import family_values
     from exporter.ingest import grammar
     fams = set(family_values()) | {n + "_total" for n in family_values()}
     flags = sorted({a.flag for s in catalog.SIGNALS for a in s.advice if a.flag.startswith("--")})

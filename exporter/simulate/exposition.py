@@ -1,12 +1,12 @@
 """The simulated server's /metrics: the state its scheduler and tokenizer would report, exposed under the SGLang
-family names the catalog's table (exporter/catalog_native.py) gives for the simulated release."""
+family names the catalog's table (exporter/catalog/native.py) gives for the simulated release."""
 from __future__ import annotations
 
 import math
 from functools import cache
 
 from exporter import releases
-from exporter.catalog_native import NATIVE_BY_NAME
+from exporter.catalog.native import NATIVE_BY_NAME
 
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0,
                 400.0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from exporter.catalog_model import PROFILES
+from exporter.catalog.model import PROFILES
 
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 FAMILIES = ("0.3", "0.4.7", "0.5.8", "0.5.23")

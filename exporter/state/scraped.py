@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from exporter.catalog_native import family_values
+from exporter.catalog.native import family_values
 from exporter.state.errors import RequestOutcomes
 from exporter.state.parts import StatePart
 from exporter.state.ranks import MAX_RANKS, RankValues, rank_label
@@ -46,7 +46,7 @@ class ScrapeFeed(StatePart):
         def forget_serving(self) -> None: ...
 
     def apply_scrape(self, scrape, now: float) -> None:
-        """Fold one successful scrape of SGLang's /metrics (exporter.scrape.ScrapeResult) into state. Its numbers
+        """Fold one successful scrape of SGLang's /metrics (exporter.ingest.scrape.ScrapeResult) into state. Its numbers
         were checked at the edge (scrape.py drops what is not finite or out of range); SGLang's counters reach
         our own totals only through `_increase`, so what we export never goes backwards."""
         self.metrics_seen = True

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
-from exporter import flags
 from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
-from exporter.failures import CRASH_KINDS, STAGE_KINDS, FailureTracker
 from exporter.ingest.events import Event
+from exporter.releases import flags
 from exporter.state.errors import RequestOutcomes
+from exporter.state.failures import CRASH_KINDS, STAGE_KINDS, FailureTracker
 from exporter.state.ranks import MAX_RANKS, RankValues, fields_shape, per_scheduler, rank_label
 from exporter.state.rows import BatchRows
 from exporter.state.scraped import ScrapeFeed

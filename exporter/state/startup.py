@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from exporter import flags
-from exporter.failures import FailureTracker
 from exporter.ingest.events import Event
+from exporter.releases import flags
+from exporter.state.failures import FailureTracker
 from exporter.state.parts import StatePart
 from exporter.state.ranks import MAX_RANKS, parse_rank_label, rank_label
 from exporter.state.tuning import LogTuning

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from exporter import releases
-from exporter.analyze import analyze
 from exporter.config import Config
 from exporter.ingest.pipeline import SourceParser, iter_file_events
-from exporter.scrape import parse_exposition
-from exporter.sidecar import Sidecar
+from exporter.ingest.scrape import parse_exposition
+from exporter.report.analyze import analyze
+from exporter.sidecar.run import Sidecar
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LOGS = sorted(FIXTURES.glob("*/*.log"))

@@ -4,7 +4,7 @@ Every panel is defined once as data (`model.Panel`): its query, unit, thresholds
 needs (what it shows, what good looks like, what to do when it looks bad). The dashboard JSON and the per-panel
 documentation are both rendered from those definitions, so they cannot drift; thresholds are read from the
 catalog through the runtime Config (its `signals:` overrides move the lines too) and SGLang's metric names and
-releases from exporter.catalog_native and exporter.releases.
+releases from exporter.catalog.native and exporter.releases.
 
     render(config) -> {repo-relative path: text}
 

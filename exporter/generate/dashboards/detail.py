@@ -3,7 +3,7 @@ native-metric, per-rank and exporter-health sections."""
 from __future__ import annotations
 
 from exporter.catalog import NS, SIGNALS_BY_ID
-from exporter.catalog_native import native_metric_names
+from exporter.catalog.native import native_metric_names
 from exporter.generate.dashboards.health import exporter_health_panels, per_rank_panels
 from exporter.generate.dashboards.model import DashboardSpec, Limits, Panel, Target, dashed, gib, num, row
 from exporter.generate.dashboards.native import native_panels

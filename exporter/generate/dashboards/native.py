@@ -2,7 +2,7 @@
 KV pools, memory pressure, speculative decoding, PD disaggregation); each says which releases export it."""
 from __future__ import annotations
 
-from exporter.catalog_native import PD_QUEUES
+from exporter.catalog.native import PD_QUEUES
 from exporter.generate.dashboards.model import Limits, Panel, Target, num, row
 from exporter.generate.dashboards.queries import (
     EXPORTER_SELECTOR,

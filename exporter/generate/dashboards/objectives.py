@@ -2,7 +2,7 @@
 error budget left, read from the objectives' recording rules (exporter/generate/slo.py)."""
 from __future__ import annotations
 
-from exporter import catalog_slo
+from exporter.catalog import slo as catalog_slo
 from exporter.generate.dashboards.model import Panel, Target, dashed, num, row
 from exporter.generate.dashboards.queries import EXPORTER_SELECTOR
 

@@ -1,9 +1,9 @@
 """PromQL building blocks of the dashboards: the variable selectors, per-server aggregations, latency quantiles,
-and SGLang's metric names and release spans taken from the native-metric table (exporter.catalog_native)."""
+and SGLang's metric names and release spans taken from the native-metric table (exporter.catalog.native)."""
 from __future__ import annotations
 
 from exporter import releases
-from exporter.catalog_native import family_span, native_metric_names
+from exporter.catalog.native import family_span, native_metric_names
 from exporter.generate.dashboards.model import Limits, Target
 from exporter.generate.rules import quantile_record
 from exporter.generate.settings import RuleSettings
