@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from exporter.catalog_gateway import GATEWAY_SIGNALS_BY_ID
 from exporter.catalog_native import native_metric_names
-from exporter.generate.gateway_rules import GATEWAY_JOB, RATE, RULES, SITE_LABELS, alerts
+from exporter.generate import gateway_joins as joins
+from exporter.generate.gateway_rules import (
+    GATEWAY_JOB,
+    NO_CAUSE,
+    RATE,
+    RULES,
+    SITE_LABELS,
+    alerts,
+    cause_template,
+    description,
+)
+from exporter.generate.gotemplate import render_template
 from exporter.generate.promql import fmt_duration, parse_duration, selector_labels
 from exporter.generate.promtool_common import alert_case, expected_alert, interval, series_text, values_text
-from exporter.generate.rules import M_CAUSE, M_FIRING, Alert
+from exporter.generate.rules import M_CAUSE, M_FIRING, Alert, model_labels, quantile_record
 from exporter.generate.settings import RuleSettings
 
 WORKERS = ("http://10.0.1.1:30000", "http://10.0.1.2:30000", "http://10.0.1.3:30000")
@@ -207,29 +218,142 @@ def tests(settings: RuleSettings) -> list[dict]:
     out.append(_case(a, f, step, series, [(_keep(settings, a_), 0.3)],
                      "30% ring hits fire; 80% are quiet; requests without tokens count for neither",
                      lead=parse_duration(settings.window("15m")) + step, rated=True))
-    a = by_name["gateway_worker_engine_crashed"]
-    n = 6
-    exporter_a = {"namespace": "serving", "pod": "engine-1", "instance": "10.0.1.1:10060", "job": "sglang-exporter",
-                  "cluster": "c1", **selector_labels(settings.exporter_selector, settings.exporter_test_labels)}
-    exporter_b = {**exporter_a, "pod": "engine-2", "instance": "10.0.1.2:10060"}
-    exporter_a, exporter_b = (_keep(settings, e, tuple(selector_labels(settings.exporter_selector,
-                                                                        settings.exporter_test_labels)))
-                              for e in (exporter_a, exporter_b))
-    cause = {"cause_class": "cuda_oom", "cause": "torch.OutOfMemoryError: CUDA out of memory."}
-    crashed = {"signal": "server_crashed"}
-    # the joined alert keeps the engine's identity labels (join_labels), not the rest of the exporter's selector
-    fires = {**_keep(settings, exporter_a), "gateway": a_["pod"], "worker": w1, **cause}
-    out.append(_case(a, 0, step, [
-        _s("smg_worker_cb_state", {**a_, "worker": w1}, [1] * n),      # open, its engine crashed: fires
-        _s("smg_worker_cb_state", {**a_, "worker": w2}, [1] * n),      # open, its engine fine: the breaker's own alert
-        _s(M_FIRING, {**exporter_a, **crashed}, [1] * n),
-        _s(M_CAUSE, {**exporter_a, **crashed, **cause}, [1] * n),
-        _s(M_FIRING, {**exporter_b, **crashed}, [0] * n),
-    ], [(fires, 1)], "an open breaker joined with its engine's crash and cause fires once; "
-                     "an open breaker beside a healthy engine does not", lead=step))
+    out += joined_tests(settings, by_name, a_, c_, step)
     return out
 
 
 def test_file(settings: RuleSettings) -> dict:
     return {"rule_files": [f"../{RULES}"], "evaluation_interval": fmt_duration(interval(settings)),
             "tests": tests(settings)}
+
+
+# ---- the joined signals: the gateway's view of a worker beside the verdict of its engine's sidecar ----
+
+def _engine(settings: RuleSettings, pod: str, namespace: str, instance: str) -> dict:
+    """A sidecar target's labels: the engine's identity and the exporter selector's labels."""
+    picked = selector_labels(settings.exporter_selector, settings.exporter_test_labels)
+    lab = {"cluster": "c1", "namespace": namespace, "pod": pod, "instance": instance, "job": "sglang-exporter",
+           **picked}
+    return _keep(settings, lab, tuple(picked))
+
+
+def _joined_alert(settings: RuleSettings, a: Alert, engine: dict, worker: str, value: float,
+                  cause: dict | None = None, **extra: str) -> dict:
+    """The joined alert as Prometheus renders it: the engine's identity labels, the worker, the gateway's state
+    (value 1: circuit open, 2: unhealthy) and the cause its description queries."""
+    s = GATEWAY_SIGNALS_BY_ID[a.signal or ""]
+    text = description(settings, s).replace(joins.STATE_TEMPLATE, "circuit open" if value == joins.OPEN
+                                            else "marked unhealthy")
+    text = text.replace(cause_template(settings, s), f"{cause['cause_class']}: {cause['cause']}" if cause
+                        else NO_CAUSE)
+    lab = {**_keep(settings, engine), "worker": worker, **extra, "severity": a.severity, **a.labels}
+    annotations = {"summary": a.summary, "description": render_template(text, lab, value),
+                   "runbook_url": a.runbook_url}
+    return {"exp_labels": lab, "exp_annotations": annotations}
+
+
+def _firing(engine: dict, signal: str, values: list) -> dict:
+    return _s(M_FIRING, {**engine, "signal": signal, "severity": "critical"}, values)
+
+
+def joined_tests(settings: RuleSettings, by_name: dict, a_: dict, c_: dict, step: float) -> list[dict]:
+    """Both spellings (gateway-a runs SMG, gateway-c sglang-router 0.2.x), both join keys (a worker URL with the
+    engine pod's IP, in another namespace than the gateway; one with its pod name), and the quiet cases: the
+    gateway still routing, the engine sound, an IP two sidecars share (hostNetwork)."""
+    out = []
+    w1, w2 = "http://10.0.1.1:30000", "http://10.0.1.2:30000"
+    e1, e2 = (_engine(settings, f"engine-{i}", "engines", f"10.0.1.{i}:10060") for i in (1, 2))
+    crash_cause = {"cause_class": "cuda_oom", "cause": "torch.OutOfMemoryError: CUDA out of memory."}
+
+    a = by_name["gateway_worker_engine_crashed"]
+    n = 6
+    named = "http://engine-3.engine-headless:30000"              # a StatefulSet pod behind a headless Service
+    e3 = _engine(settings, "engine-3", c_.get("namespace", "serving"), "10.0.9.3:10060")
+    shared = "http://10.0.2.1:30001"                              # hostNetwork: two sidecars on one node's IP
+    e5, e6 = (_engine(settings, f"engine-{i}", "engines", f"10.0.2.1:1006{i}") for i in (5, 6))
+    series = [
+        _s("smg_worker_cb_state", {**a_, "worker": w1}, [1] * n),      # open, its engine crashed: fires
+        _s("smg_worker_cb_state", {**a_, "worker": w2}, [1] * n),      # open, its engine sound: quiet
+        _s("smg_worker_cb_state", {**a_, "worker": shared}, [1] * n),  # open, but which engine? quiet
+        _s("sgl_router_cb_state", {**c_, "worker": named}, [0] * n),
+        _s("sgl_router_worker_health", {**c_, "worker": named}, [0] * n),   # unhealthy, its engine crashed: fires
+    ]
+    for e, crashed in ((e1, 1), (e2, 0), (e3, 1), (e5, 1), (e6, 0)):
+        series += [_s("up", e, [1] * n), _firing(e, "server_crashed", [crashed] * n)]
+    series.append(_s(M_CAUSE, {**e1, "signal": "server_crashed", **crash_cause}, [1] * n))
+    out.append(_joined_case(a, step, series, [
+        _joined_alert(settings, a, e1, w1, joins.OPEN, crash_cause),
+        _joined_alert(settings, a, e3, named, joins.UNHEALTHY)],
+        "a breaker open on a worker whose engine (another namespace, by its pod IP) crashed fires with the cause; "
+        "an unhealthy worker (sglang-router) whose engine (by its pod name) crashed fires without one; an open "
+        "breaker beside a sound engine, and an IP two sidecars share, are quiet"))
+
+    a = by_name["gateway_worker_engine_failing"]
+    w3, w4 = "http://10.0.1.3:30000", "http://10.0.1.4:30000"
+    e3, e4 = (_engine(settings, f"engine-{i}", "engines", f"10.0.1.{i}:10060") for i in (3, 4))
+    hung = {"cause_class": "startup_hung", "cause": "no ready line N s after server_args"}
+    series = [
+        _s("smg_worker_cb_state", {**a_, "worker": w1}, [1] * n),      # open; its engine OOMs and stalls: fires once
+        _s("smg_worker_cb_state", {**a_, "worker": w2}, [1] * n),      # open; its engine crashed: the crash alert's
+        _s("smg_worker_cb_state", {**a_, "worker": w4}, [0] * n),      # still routed although its engine stalls
+        _s("smg_worker_health", {**a_, "worker": w4}, [1] * n),
+        _s("sgl_router_worker_health", {**c_, "worker": w3}, [0] * n),  # unhealthy; its engine never started
+        _firing(e1, "oom_decode", [1] * n), _firing(e1, "stalled", [1] * n),
+        _firing(e2, "server_crashed", [1] * n), _firing(e2, "stalled", [1] * n),
+        _firing(e3, "startup_stalled", [1] * n),
+        _s(M_CAUSE, {**e3, "signal": "startup_stalled", **hung}, [1] * n),
+        _firing(e4, "stalled", [1] * n),
+    ]
+    series += [_s("up", e, [1] * n) for e in (e1, e2, e3, e4)]
+    out.append(_joined_case(a, step, series, [
+        _joined_alert(settings, a, e1, w1, joins.OPEN, engine_signal="oom_decode"),
+        _joined_alert(settings, a, e3, w3, joins.UNHEALTHY, hung, engine_signal="startup_stalled")],
+        "an open breaker whose engine OOMs and stalls fires once, naming the OOM; an unhealthy worker "
+        "(sglang-router) whose engine never started fires with the cause; a crashed engine is the crash alert's; "
+        "a stalled engine the gateway still routes to is quiet"))
+
+    a = by_name["gateway_cuts_off_healthy_engine"]
+    n = int(parse_duration(a.for_) / step) + 3
+    w5 = "http://10.0.1.5:30000"
+    e5 = _engine(settings, "engine-5", "engines", "10.0.1.5:10060")
+    series = [
+        _s("smg_worker_cb_state", {**a_, "worker": w1}, [1] * n),      # open; its engine sound: fires
+        _s("smg_worker_cb_state", {**a_, "worker": w2}, [1] * n),      # open; its sidecar unscraped: quiet
+        _s("sgl_router_cb_state", {**c_, "worker": w3}, [1] * n),      # open; its engine stalled: quiet
+        _s("sgl_router_cb_state", {**c_, "worker": w5}, [1] * n),      # open; its engine sound: fires
+        _s("up", e1, [1] * n), _s("up", e2, [0] * n), _s("up", e3, [1] * n), _s("up", e5, [1] * n),
+        _firing(e1, "server_crashed", [0] * n), _firing(e3, "stalled", [1] * n), _firing(e5, "stalled", [0] * n),
+    ]
+    f = parse_duration(a.for_)
+    case = _joined_case(a, step, series, [_joined_alert(settings, a, e1, w1, joins.OPEN),
+                                          _joined_alert(settings, a, e5, w5, joins.OPEN)],
+                        "an open breaker (both spellings) on a worker whose engine is up and sound fires; one whose "
+                        "engine stalled, or whose sidecar is not scraped, is quiet", at=f)
+    case["alert_rule_test"].insert(0, alert_case(a.name, f - step, []))
+    out.append(case)
+
+    a = by_name["gateway_ttft_above_engines"]
+    rate_lead = parse_duration(settings.window(RATE)) + step
+    n = int((parse_duration(a.for_) + rate_lead) / step) + 3
+    route = {"router_type": "http", "backend_type": "regular", "endpoint": "chat"}
+    record = quantile_record(settings, native_metric_names("ttft")[0], 0.99, model_labels(settings))
+    b_ = gateway_target(settings, "gateway-b")
+    series = []
+    for gw, model, engines_p99 in ((a_, "m", 1.0), (b_, "m2", 3.0)):
+        for le, per_step in (("1", 0), ("2", 0), ("4", 10), ("+Inf", 10)):   # every request in (2 s, 4 s]
+            series.append(_s("smg_router_ttft_seconds_bucket", {**gw, **route, "model": model, "le": le},
+                             [per_step * k for k in range(n)]))
+        engine = {lab: v for lab, v in {"cluster": "c1", "namespace": "engines", "model_name": model}.items()
+                  if lab in model_labels(settings)}
+        series.append(_s(record, engine, [engines_p99] * n))
+    site = {k: v for k, v in a_.items() if k in SITE_LABELS}
+    out.append(_case(a, parse_duration(a.for_), step, series, [({**site, "model": "m"}, 3.98)],
+                     "p99 3.98 s at the gateway against the engines' 1 s fires; against their 3 s it is quiet "
+                     "(sglang-router before 0.3.0 has no TTFT family: SGLangGatewayLatencyAboveEngines covers it)",
+                     lead=rate_lead, rated=True))
+    return out
+
+
+def _joined_case(a: Alert, step: float, series: list, fires: list, name: str, at: float = 0) -> dict:
+    return {"name": f"{a.name}: {name}", "interval": fmt_duration(step), "input_series": series,
+            "alert_rule_test": [{"eval_time": fmt_duration(at + step), "alertname": a.name, "exp_alerts": fires}]}
