@@ -186,6 +186,24 @@ GATEWAY_SIGNALS: tuple[GatewaySignal, ...] = (
          "A walk means the ring's worker is above the load bound: add workers or raise the bound; a fallback "
          "means the ring lookup failed or workers are unhealthy."),
         ("smg_prefix_hash_policy_branch_total",), {"min_share": 0.5, "window": "15m"}),
+    GatewaySignal(
+        "gateway_cache_aware_fallback", "Cache-aware routing mostly in its load-balancing fallback", "warning",
+        "SGLangGatewayCacheAwareFallback", "15m",
+        "The sglang-router's cache-aware policy mostly gives up prefix locality to balance load.",
+        "{{ $labels.pod }} ({{ $labels.namespace }}): {{ $value | humanizePercentage }} of cache-aware routing "
+        "decisions over 15 minutes went to the shortest queue, not to a prefix's worker.",
+        "The cache-aware policy routes by prefix only while the workers' loads are balanced; when the busiest "
+        "worker's load exceeds both balance thresholds (absolute and relative) it sends the request to the least "
+        "loaded worker instead. Here most decisions took that fallback. Only sglang-router before 0.3.0 counts "
+        "these decisions: the SGLang Model Gateway's cache_aware policy exports no decision counter (docs/gateway.md).",
+        "Prefix-cache reuse on the engines drops (more prefill, higher time to first token), and the imbalance "
+        "behind it means one worker queues.",
+        ("Compare the workers' loads (`sgl_router_running_requests` by `worker`): one worker far busier than the "
+         "rest keeps the policy in its fallback; find why (a hot prefix, a slow engine).",
+         "Raise `--balance-abs-threshold` / `--balance-rel-threshold` if short bursts trip it, or add workers.",
+         "Compare with the engines' prefix cache hit rate on their boards."),
+        ("sgl_router_load_balancing_events_total", "sgl_router_cache_hits_total", "sgl_router_cache_misses_total"),
+        {"max_fallback_share": 0.5, "window": "15m"}),
     # ---- joined with the engines: the worker's gateway-side state beside its engine's own verdict (the sidecar's
     # signals). The gateway state and the cause are in the description, never labels (a label that changes within
     # one incident ends the alert and starts another: a second page). How the worker joins its engine: docs/gateway.md.

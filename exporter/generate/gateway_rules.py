@@ -113,6 +113,18 @@ def exprs(settings: RuleSettings, scope: str = "") -> dict[str, tuple[str, str]]
         f"sum by ({j}) (rate({g(branch, RING_HIT)}[{loc_w}]))\n"
         f"/ sum by ({j}) (rate({g(branch, HASHABLE)}[{loc_w}]))",
         "(\n{}\n) < " + num(d["gateway_locality_lost"]["min_share"]))
+    # sglang-router before 0.3.0: its cache-aware policy counts a prefix hit, a miss (the emptiest tree's worker) and a
+    # load-balancing fallback (imbalanced loads: the shortest queue); metrics-rs exports each once first counted
+    ca = d["gateway_cache_aware_fallback"]
+    ca_w = settings.window(ca["window"])
+    kinds = (("sgl_router_cache_hits_total", "hit"), ("sgl_router_cache_misses_total", "miss"),
+             ("sgl_router_load_balancing_events_total", "balance"))
+    decisions = "\n    or\n    ".join(f'label_replace(rate({g(m)}[{ca_w}]), "kind", "{k}", "kind", "")'
+                                     for m, k in kinds)
+    out["gateway_cache_aware_fallback"] = (
+        f"sum by ({j}) (rate({g('sgl_router_load_balancing_events_total')}[{ca_w}]))\n"
+        f"/ sum by ({j}) (\n    {decisions}\n  )",
+        "(\n{}\n) >= " + num(ca["max_fallback_share"]))
     # joined with the engines' sidecars (exporter/generate/gateway_joins.py says how a worker finds its engine)
     state = joins.stopped(settings, _either("smg_worker_cb_state", g), _either("smg_worker_health", g))
     crash = GATEWAY_SIGNALS_BY_ID["gateway_worker_engine_crashed"].engine_signals

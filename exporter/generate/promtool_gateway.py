@@ -218,6 +218,22 @@ def tests(settings: RuleSettings) -> list[dict]:
     out.append(_case(a, f, step, series, [(_keep(settings, a_), 0.3)],
                      "30% ring hits fire; 80% are quiet; requests without tokens count for neither",
                      lead=parse_duration(settings.window("15m")) + step, rated=True))
+    a = by_name["gateway_cache_aware_fallback"]
+    ca_w = parse_duration(settings.window("15m"))
+    n, f = int((parse_duration(a.for_) + ca_w) / step) + 4, parse_duration(a.for_)
+    series = []
+    # gateway-c: 6 of 10 decisions in the fallback (fires); gateway-a: 2 of 10 (quiet); gateway-b: never imbalanced,
+    # so its fallback counter was never exported (quiet)
+    b_ = gateway_target(settings, "gateway-b")
+    for lab, hits, misses, fallbacks in ((c_, 3, 1, 6), (a_, 6, 2, 2), (b_, 8, 2, 0)):
+        series += [_s("sgl_router_cache_hits_total", lab, [hits * k for k in range(n)]),
+                   _s("sgl_router_cache_misses_total", lab, [misses * k for k in range(n)])]
+        if fallbacks:
+            series.append(_s("sgl_router_load_balancing_events_total", lab, [fallbacks * k for k in range(n)]))
+    out.append(_case(a, f, step, series, [(_keep(settings, c_), 0.6)],
+                     "60% of decisions in the load-balancing fallback fire; 20% are quiet; a router whose loads "
+                     "never tripped the thresholds (no fallback counter exported) is quiet",
+                     lead=ca_w + step, rated=True))
     out += joined_tests(settings, by_name, a_, c_, step)
     return out
 
