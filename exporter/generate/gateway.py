@@ -96,17 +96,91 @@ def doc(settings: RuleSettings) -> str:
               "`exporter/simulate/gateway.py` serves a gateway's /metrics in a release's names and labels "
               "(`GatewaySimulator(\"1.9.0\")`, or `\"0.2.4\"` for `sgl_router_*`), with workers going unhealthy "
               "and breakers opening; `tests/test_gateway_e2e.py` pages SGLangGatewayNoHealthyWorker through a "
-              "real Prometheus and Alertmanager with it.", "",
-              "## Not yet", "",
-              "Locality is read from the prefix_hash policy's decisions only: the cache_aware (radix tree) "
-              "policy exports no decision counter.", "",
-              "## Joined with the engines", "",
-              "SGLangGatewayWorkerEngineCrashed joins the gateway's open breaker on a worker with the crash the "
-              "sidecar beside that worker's engine reports (the worker URL's host is the engine pod's IP, the host "
-              "of the sidecar's `instance`), and carries the crash's cause. The example Alertmanager configuration "
-              "lets it inhibit the engine's SGLangServerCrashed (same `instance`) and the gateway's "
-              "SGLangGatewayCircuitOpen (same `worker`): one page for the incident. The crash pages without waiting "
-              "(`for: 0m`): when the breaker opens later than the page route's `group_wait` (10 s), the crash page "
-              "has already gone out. Other joins (unhealthy worker with a stalled engine, gateway TTFT against "
-              "each engine's) are not built yet.", ""]
+              "real Prometheus and Alertmanager with it, and pages SGLangGatewayWorkerEngineCrashed exactly once when "
+              "the SGLang simulator's engine crashes behind it (a real sidecar, all three rule files, the example "
+              "Alertmanager).", "",
+              ]
+    lines += _joins_doc(settings) + _cache_aware_doc()
     return "\n".join(lines)
+
+
+def _joins_doc(settings: RuleSettings) -> list[str]:
+    identity = ", ".join(f"`{lab}`" for lab in settings.identity_labels)
+    clusters = ", ".join(f"`{lab}`" for lab in settings.cluster_labels)
+    return [
+        "## Joined with the engines", "",
+        "Four alerts join what the gateway sees with what the engines behind it report (the sidecar beside each "
+        "engine), so a page says which one is at fault:", "",
+        "- SGLangGatewayWorkerEngineCrashed: the gateway stopped routing to a worker (its breaker open, or its "
+        "health check failing) and that worker's engine crashed; the description states both and the crash's cause.",
+        "- SGLangGatewayWorkerEngineFailing: the same, with an engine that stalled, ran out of memory or never "
+        "finished starting; `engine_signal` names the verdict (the first that fires of startup_oom, oom_prefill, "
+        "oom_decode, startup_stalled, stalled: one alert per engine).",
+        "- SGLangGatewayCutsOffHealthyEngine: the gateway stopped routing to a worker whose sidecar is scraped and "
+        "reports none of those: the fault is between gateway and engine (timeouts, network, TLS).",
+        "- SGLangGatewayTTFTAboveEngines: per model, the gateway's p99 time to first token at least twice and 1 s "
+        "above the engines' own p99 (the native rules' per-model record): the requests wait in the gateway.", "",
+        "### How a worker finds its engine", "",
+        "The gateway knows a worker by its URL (`worker`); an engine is known by its sidecar's target labels, the "
+        f"identity labels ({identity}, `alerts.identity_labels`) with `instance` and `job`. Two keys join them:", "",
+        "1. **The pod IP.** A worker URL whose host is an IPv4 address (what the gateway's Kubernetes discovery "
+        "builds) is matched with the host of the sidecar's `instance` (a PodMonitor scrapes the pod IP). Pod IPs "
+        f"are unique in a cluster, so this key matches on the cluster labels only ({clusters}): the gateway may run "
+        "in another namespace than the engines.",
+        f"2. **The pod name.** A worker URL whose host is a name is matched by its first DNS label with the engine's "
+        f"`{settings.server_label}` (the last identity label), in the gateway's own namespace: "
+        "`http://sglang-0.sglang-headless:30000` finds the StatefulSet pod `sglang-0`.", "",
+        "The joined alert carries the engine's identity labels (and `worker`): Alertmanager groups it with the "
+        "engine's own alerts, and the inhibitions match on the same labels (`alerts.inhibit_equal`).", "",
+        "Limits:", "",
+        "- Only engines with a sidecar scraped by the same Prometheus are joined; without one, the gateway's own "
+        "alerts (SGLangGatewayCircuitOpen, SGLangGatewayNoHealthyWorker) still fire.",
+        "- An IP shared by several sidecar targets (hostNetwork engines on one node) joins nothing: the sidecar's "
+        "port is not the engine's, so the engine behind the worker's port cannot be told; name such workers by pod "
+        "(key 2) instead.",
+        "- A worker URL naming a Service (one address for several pods), an IPv6 address, or an `instance` "
+        "relabelled away from the pod IP joins nothing.",
+        f"- Without cluster labels ({clusters}) on both sides, one Prometheus holding several clusters could match "
+        "equal pod IPs of two clusters.",
+        "- Gateway replicas are merged: the alert names no gateway pod; a breaker open on any replica counts.", "",
+        "### No churny labels", "",
+        "Why the gateway stopped routing (1: circuit open, 2: health check failing, the alert's value) and the "
+        "engine's cause (class and line, read from `sglang_exporter_failure_cause_info` by a query in the "
+        "description when Prometheus renders it) are in the description, never labels: a label that changes within "
+        "one incident ends the alert and starts another, which pages again.", "",
+        "### One incident, one page", "",
+        "The example Alertmanager configuration lets SGLangGatewayWorkerEngineCrashed hold back the engine's "
+        "SGLangServerCrashed, SGLangGatewayWorkerEngineFailing the engine's page for its verdict (SGLangStalled, "
+        "SGLangPrefillOOM, SGLangDecodeOOM, SGLangStartupOOM, SGLangStartupStalled, SGLangSchedulerIdleWithQueue), "
+        "all three joined alerts the gateway's SGLangGatewayCircuitOpen on the same worker (equal on the cluster "
+        "labels and `worker`, since the namespaces may differ), and SGLangGatewayTTFTAboveEngines the mean-duration "
+        "SGLangGatewayLatencyAboveEngines. The engine's crash pages without waiting (`for: 0m`), in the same "
+        "Alertmanager group as the joined alert: when the breaker opens within the page route's `group_wait` (10 s) "
+        "of the crash, the group's first page is the joined alert alone; when it opens later, the crash page has "
+        "gone out and the joined one follows at the group's next interval.", "",
+        "### Latency: per model, not per worker", "",
+        "No gateway latency family carries `worker` (`smg_router_ttft_seconds` and "
+        "`smg_router_request_duration_seconds` are labelled by model, endpoint, backend and router type), so the "
+        "gateway's TTFT is compared per model: its p99 against the engines' recorded p99 per `model_name` (the "
+        "slowest namespace of the cluster stands for the model; the native rules must run, with SGLang's /metrics "
+        "scraped). sglang-router before 0.3.0 has no TTFT family: SGLangGatewayLatencyAboveEngines (mean request "
+        "duration against the engines' mean end-to-end latency) covers it.", ""]
+
+
+def _cache_aware_doc() -> list[str]:
+    return [
+        "## Cache-aware routing", "",
+        "The SGLang Model Gateway (1.0.1 to 1.9.0, and sglang-router 0.3.0 to 0.3.2, which ship its `smg_` names) "
+        "counts no decision of its cache_aware policy: `model_gateway/src/policies/cache_aware.rs` calls no metric. "
+        "The decision counters it has belong to other policies: `smg_prefix_hash_policy_branch_total{branch}` "
+        "(SGLangGatewayPrefixLocalityLost), `smg_consistent_hashing_policy_branch_total{branch}` and "
+        "`smg_manual_policy_branch_total{branch}`. `smg_worker_selection_total{policy}` counts selections without "
+        "saying whether the prefix's worker was chosen, and `smg_engine_cache_hit_rate` (1.7.0+) is each engine's "
+        "own prefix-cache hit rate re-exported, the number the engine boards already show, not the policy's "
+        "choice. So the gateway's cache_aware routing cannot be judged from its metrics.", "",
+        "sglang-router 0.1.5 to 0.2.4 counted its cache-aware decisions: `sgl_router_cache_hits_total` (the "
+        "prefix matched above `cache_threshold`: the prefix's worker), `sgl_router_cache_misses_total` (the worker "
+        "with the smallest tree) and `sgl_router_load_balancing_events_total` (loads imbalanced beyond both balance "
+        "thresholds: the shortest queue). SGLangGatewayCacheAwareFallback fires when at least half of them are the "
+        "fallback: locality given up for balance. A low hit share alone is not judged: it follows the workload's "
+        "prefix reuse, not the router.", ""]
