@@ -18,7 +18,9 @@ from exporter.generate.yamlout import BlockDumper
 def _panel(s: GatewaySignal, plotted: str, threshold: float | None) -> Panel:
     unit = {"gateway_no_healthy_worker": "short", "gateway_circuit_open": "short",
             "gateway_circuit_flapping": "short", "gateway_retries_exhausted": "short",
-            "gateway_latency_above_engines": "s"}.get(s.id, "percentunit")
+            "gateway_latency_above_engines": "s", "gateway_ttft_above_engines": "short"}.get(s.id, "percentunit")
+    if s.engine_signals:        # a joined signal plots why the gateway stopped routing: 1 breaker open, 2 unhealthy
+        unit = "short"
     return Panel(s.title, "timeseries", unit, shows=s.meaning, good="on the healthy side of the line (no alert).",
                  bad=s.checks[0], targets=[Target(plotted.strip())],
                  steps=[(None, "transparent"), (threshold, "red")] if threshold is not None else None,
