@@ -242,10 +242,13 @@ GATEWAY_SIGNALS: tuple[GatewaySignal, ...] = (
         "SGLangGatewayCutsOffHealthyEngine", "5m",
         "The SGLang gateway stopped routing to a worker whose engine reports no failure.",
         "Worker {{ $labels.worker }}: @STATE@ in the gateway, but its engine {{ $labels.pod }} "
-        "({{ $labels.namespace }}) is up and reports no crash, stall or OOM: the fault is between gateway and engine.",
-        "The gateway's breaker is open (or its health check fails) for a worker whose sidecar is scraped and judges "
-        "its engine sound: the requests fail on the way (timeouts, connection resets, TLS, a NetworkPolicy), or "
-        "the gateway's timeouts are shorter than the engine's latency.",
+        "({{ $labels.namespace }}) answers its sidecar and reports no crash, stall or OOM: the fault is between "
+        "gateway and engine.",
+        "The gateway's breaker is open (or its health check fails) for a worker whose engine answers the sidecar "
+        "beside it (the sidecar's scrape of its /metrics works) and is judged sound: the requests fail on the way "
+        "(timeouts, connection resets, TLS, a NetworkPolicy), or the gateway's timeouts are shorter than the "
+        "engine's latency. Sidecars that only read the log are not joined here: they cannot tell an engine still "
+        "starting from one serving.",
         "A healthy engine's capacity is wasted; the remaining workers take its load.",
         ("Check `smg_worker_errors_total` by `error_type` (timeouts, connection errors) and the gateway's log for "
          "the worker's URL.",

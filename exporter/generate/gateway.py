@@ -116,8 +116,10 @@ def _joins_doc(settings: RuleSettings) -> list[str]:
         "- SGLangGatewayWorkerEngineFailing: the same, with an engine that stalled, ran out of memory or never "
         "finished starting; `engine_signal` names the verdict (the first that fires of startup_oom, oom_prefill, "
         "oom_decode, startup_stalled, stalled: one alert per engine).",
-        "- SGLangGatewayCutsOffHealthyEngine: the gateway stopped routing to a worker whose sidecar is scraped and "
-        "reports none of those: the fault is between gateway and engine (timeouts, network, TLS).",
+        "- SGLangGatewayCutsOffHealthyEngine: the gateway stopped routing to a worker whose engine answers the "
+        "sidecar beside it (its scrape of the engine's /metrics works) and reports none of those: the fault is "
+        "between gateway and engine (timeouts, network, TLS). A sidecar without `--sglang-url` is not joined here: "
+        "from the log alone it cannot tell an engine still starting from one serving.",
         "- SGLangGatewayTTFTAboveEngines: per model, the gateway's p99 time to first token at least twice and 1 s "
         "above the engines' own p99 (the native rules' per-model record): the requests wait in the gateway.", "",
         "### How a worker finds its engine", "",

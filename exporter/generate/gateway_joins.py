@@ -14,7 +14,7 @@ Neither side's host may be missing: an address neither key reads gets a placehol
 from __future__ import annotations
 
 from exporter.generate.promql import by, sel
-from exporter.generate.rules import M_FIRING, model_labels, quantile_record
+from exporter.generate.rules import M_FIRING, M_SOURCE_UP, SRC_METRICS, model_labels, quantile_record
 from exporter.generate.settings import RuleSettings
 
 OPEN, UNHEALTHY = 1, 2          # the joined alerts' value: why the gateway stopped routing to the worker
@@ -94,9 +94,12 @@ def verdict(settings: RuleSettings, signals: tuple, unless: tuple = ()) -> str:
 
 
 def healthy(settings: RuleSettings, failures: tuple) -> str:
-    """1 per sidecar target that is scraped and reports none of `failures`."""
+    """1 per sidecar target whose last scrape of its engine's own /metrics worked (the engine's HTTP server answers
+    beside it: not starting, not gone) and that reports none of `failures`. A sidecar reading only the log says
+    nothing here: it cannot tell an engine still starting from one serving."""
     j = by(settings.join_labels)
-    return (f"(\n    max by ({j}) (up{sel(settings.exporter_selector)} == 1)\n    unless on ({j})\n"
+    answering = f"{M_SOURCE_UP}{sel(settings.exporter_selector, SRC_METRICS)}"
+    return (f"(\n    max by ({j}) ({answering} == 1)\n    unless on ({j})\n"
             f"    {firing(settings, failures)}\n  )")
 
 

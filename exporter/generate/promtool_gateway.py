@@ -18,7 +18,7 @@ from exporter.generate.gateway_rules import (
 from exporter.generate.gotemplate import render_template
 from exporter.generate.promql import fmt_duration, parse_duration, selector_labels
 from exporter.generate.promtool_common import alert_case, expected_alert, interval, series_text, values_text
-from exporter.generate.rules import M_CAUSE, M_FIRING, Alert, model_labels, quantile_record
+from exporter.generate.rules import M_CAUSE, M_FIRING, M_SOURCE_UP, Alert, model_labels, quantile_record
 from exporter.generate.settings import RuleSettings
 
 WORKERS = ("http://10.0.1.1:30000", "http://10.0.1.2:30000", "http://10.0.1.3:30000")
@@ -332,19 +332,24 @@ def joined_tests(settings: RuleSettings, by_name: dict, a_: dict, c_: dict, step
     n = int(parse_duration(a.for_) / step) + 3
     w5 = "http://10.0.1.5:30000"
     e5 = _engine(settings, "engine-5", "engines", "10.0.1.5:10060")
+
+    def answering(e: dict, v: int) -> dict:      # the sidecar's last scrape of its engine's /metrics
+        return _s(M_SOURCE_UP, {**e, "source": "sglang_metrics"}, [v] * n)
     series = [
-        _s("smg_worker_cb_state", {**a_, "worker": w1}, [1] * n),      # open; its engine sound: fires
-        _s("smg_worker_cb_state", {**a_, "worker": w2}, [1] * n),      # open; its sidecar unscraped: quiet
+        _s("smg_worker_cb_state", {**a_, "worker": w1}, [1] * n),      # open; its engine answers, sound: fires
+        _s("smg_worker_cb_state", {**a_, "worker": w2}, [1] * n),      # open; its sidecar cannot reach it either
         _s("sgl_router_cb_state", {**c_, "worker": w3}, [1] * n),      # open; its engine stalled: quiet
-        _s("sgl_router_cb_state", {**c_, "worker": w5}, [1] * n),      # open; its engine sound: fires
-        _s("up", e1, [1] * n), _s("up", e2, [0] * n), _s("up", e3, [1] * n), _s("up", e5, [1] * n),
+        _s("sgl_router_cb_state", {**c_, "worker": w5}, [1] * n),      # open; its engine answers, sound: fires
+        answering(e1, 1), answering(e2, 0), answering(e3, 1), answering(e5, 1),
         _firing(e1, "server_crashed", [0] * n), _firing(e3, "stalled", [1] * n), _firing(e5, "stalled", [0] * n),
     ]
+    series += [_s("up", e, [1] * n) for e in (e1, e2, e3, e5)]
     f = parse_duration(a.for_)
     case = _joined_case(a, step, series, [_joined_alert(settings, a, e1, w1, joins.OPEN),
                                           _joined_alert(settings, a, e5, w5, joins.OPEN)],
-                        "an open breaker (both spellings) on a worker whose engine is up and sound fires; one whose "
-                        "engine stalled, or whose sidecar is not scraped, is quiet", at=f)
+                        "an open breaker (both spellings) on a worker whose engine answers its sidecar and is sound "
+                        "fires; one whose engine stalled, or does not answer its sidecar either (starting, gone), is "
+                        "quiet", at=f)
     case["alert_rule_test"].insert(0, alert_case(a.name, f - step, []))
     out.append(case)
 
