@@ -229,3 +229,34 @@ def test_kustomize_component_builds():
     assert out.returncode == 0, out.stderr
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
     assert kinds == ["ConfigMap", "PodMonitor", "PrometheusRule"]
+
+
+def _emitted(name: str, release: str) -> bool:
+    """Whether `release` (a gateway tag or an sglang-router wheel version) defines the family."""
+    for line in releases.LINES:
+        order = releases.releases(line)
+        got = releases.span(name, line)
+        if got is not None and release in order:
+            first, last = got
+            return order.index(first) <= order.index(release) <= order.index(last or order[-1])
+    return False
+
+
+ALL_RELEASES = releases.releases("gateway") + releases.releases("router")
+# what an old sglang-router cannot say: worker health arrived in 0.1.9, breakers and retry exhaustion in 0.2.1
+GAPS = {"0.1.5": {"SGLangGatewayNoHealthyWorker", "SGLangGatewayCircuitOpen", "SGLangGatewayRetriesExhausted",
+                  "SGLangGatewayWorkerEngineCrashed"},
+        "0.1.9": {"SGLangGatewayCircuitOpen", "SGLangGatewayRetriesExhausted"}}
+
+
+@pytest.mark.parametrize("release", ALL_RELEASES)
+def test_every_release_feeds_the_core_alerts(release):
+    """Per release, not only over the union of releases: the paging alerts and the breaker's read at least one
+    family that release emits (the rules `or` the spellings, so one is enough)."""
+    core = ("SGLangGatewayNoHealthyWorker", "SGLangGatewayCircuitOpen", "SGLangGatewayRetriesExhausted",
+            "SGLangGatewayErrorRatioHigh", "SGLangGatewayWorkerEngineCrashed")
+    blind = set()
+    for rule in RULES:
+        if rule["alert"] in core and not any(_emitted(f, release) for f, _ in _selections(rule["expr"])):
+            blind.add(rule["alert"])
+    assert blind == GAPS.get(release, set())

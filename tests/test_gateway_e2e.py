@@ -103,10 +103,12 @@ def test_no_healthy_worker_pages_once_through_prometheus_and_alertmanager(releas
         tmp.cleanup()
 
 
-def test_the_joined_page_inhibits_the_engine_crash_and_the_breaker_alert():
-    """One incident pages once: SGLangGatewayWorkerEngineCrashed silences the engine's SGLangServerCrashed (same
-    engine instance) and the gateway's SGLangGatewayCircuitOpen (same worker), in a real Alertmanager with the
-    example configuration; an unrelated engine's crash stays active."""
+def test_the_joined_pages_inhibit_the_engine_pages_and_the_breaker_alert():
+    """One incident pages once, in a real Alertmanager with the example configuration, on the joined alerts' real
+    label sets (the engine's identity, the worker, the verdict): SGLangGatewayWorkerEngineCrashed silences the
+    engine's SGLangServerCrashed, SGLangGatewayWorkerEngineFailing the engine's SGLangStalled, and both the gateway's
+    SGLangGatewayCircuitOpen on their worker although the gateway runs in another namespace; an unrelated engine's
+    crash and another worker's breaker stay active."""
     import json
     import urllib.request
     alertmanager = require_tool("prometheus-alertmanager")
@@ -114,15 +116,25 @@ def test_the_joined_page_inhibits_the_engine_crash_and_the_breaker_alert():
     procs: list[Proc] = []
     tmp = tempfile.TemporaryDirectory(prefix="sglang-gateway-inhibit-")
     workdir = Path(tmp.name)
-    worker, engine = "http://10.0.1.1:30000", {"namespace": NAMESPACE, "instance": "10.0.1.1:10060", "pod": "engine-1"}
+
+    def engine(i: int) -> dict:
+        return {"namespace": "engines", "pod": f"engine-{i}", "instance": f"10.0.1.{i}:10060",
+                "job": "sglang-exporter"}
+
+    def worker(i: int) -> str:
+        return f"http://10.0.1.{i}:30000"
+    breaker = {"alertname": "SGLangGatewayCircuitOpen", "severity": "warning", "namespace": NAMESPACE, "pod": POD,
+               "instance": "10.0.0.11:29000", "job": gen.GATEWAY_JOB}
     alerts = [
-        {"alertname": "SGLangGatewayWorkerEngineCrashed", "severity": "critical", **engine, "worker": worker,
-         "gateway": POD, "cause_class": "cuda_oom"},
-        {"alertname": "SGLangServerCrashed", "severity": "critical", **engine},
-        {"alertname": "SGLangGatewayCircuitOpen", "severity": "warning", "namespace": NAMESPACE, "pod": POD,
-         "instance": "10.0.0.11:29000", "worker": worker},
-        {"alertname": "SGLangServerCrashed", "severity": "critical", **engine, "instance": "10.0.1.2:10060",
-         "pod": "engine-2"},
+        {"alertname": "SGLangGatewayWorkerEngineCrashed", "severity": "critical", **engine(1), "worker": worker(1)},
+        {"alertname": "SGLangServerCrashed", "severity": "critical", "cause_class": "nccl", **engine(1)},
+        {**breaker, "worker": worker(1)},
+        {"alertname": "SGLangGatewayWorkerEngineFailing", "severity": "critical", **engine(3), "worker": worker(3),
+         "engine_signal": "stalled"},
+        {"alertname": "SGLangStalled", "severity": "critical", **engine(3)},
+        {**breaker, "worker": worker(3)},
+        {"alertname": "SGLangServerCrashed", "severity": "critical", **engine(2)},
+        {**breaker, "worker": worker(4)},
     ]
     try:
         am_cfg = workdir / "alertmanager.yml"
@@ -140,12 +152,13 @@ def test_the_joined_page_inhibits_the_engine_crash_and_the_breaker_alert():
             got = get_json(f"{am_url}/api/v2/alerts?active=true&inhibited=true&silenced=true&unprocessed=true")
             if len(got) < len(alerts):
                 return None
-            return {(a["labels"]["alertname"], a["labels"]["instance"]): bool(a["status"]["inhibitedBy"])
-                    for a in got}
-        want = {("SGLangGatewayWorkerEngineCrashed", "10.0.1.1:10060"): False,
-                ("SGLangServerCrashed", "10.0.1.1:10060"): True,
-                ("SGLangGatewayCircuitOpen", "10.0.0.11:29000"): True,
-                ("SGLangServerCrashed", "10.0.1.2:10060"): False}
+            return {(a["labels"]["alertname"], a["labels"].get("worker") or a["labels"]["pod"]):
+                    bool(a["status"]["inhibitedBy"]) for a in got}
+        want = {("SGLangGatewayWorkerEngineCrashed", worker(1)): False, ("SGLangServerCrashed", "engine-1"): True,
+                ("SGLangGatewayCircuitOpen", worker(1)): True,
+                ("SGLangGatewayWorkerEngineFailing", worker(3)): False, ("SGLangStalled", "engine-3"): True,
+                ("SGLangGatewayCircuitOpen", worker(3)): True,
+                ("SGLangServerCrashed", "engine-2"): False, ("SGLangGatewayCircuitOpen", worker(4)): False}
         assert wait_until(lambda: states() == want and states(), timeout=20, interval=0.2,
                           what="inhibitions") == want
     finally:
