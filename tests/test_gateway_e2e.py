@@ -254,7 +254,8 @@ def test_an_engine_crash_behind_an_open_breaker_pages_once_with_both_facts():
         # both sides seen healthy first: the sidecar judged the crash signal (not firing), the worker healthy
         wait_until(lambda: query('sglang_exporter_signal_firing{signal="server_crashed"} == 0')
                    and query("min(smg_worker_health) == 1"), timeout=30, interval=0.2, what="both sides healthy")
-        assert not [a for _, _, a in webhook.alerts() if a["labels"]["alertname"] != "SGLangAlertingWatchdog"]
+        assert not [a for path, _, a in webhook.alerts() if path == "page"
+                    and a["labels"]["alertname"] != "SGLangAlertingWatchdog"]
 
         # the incident: the engine's scheduler dies (the scenario's crash lines) and the gateway's breaker opens
         with open(log, "a", encoding="utf-8") as f:
