@@ -260,3 +260,14 @@ def test_every_release_feeds_the_core_alerts(release):
         if rule["alert"] in core and not any(_emitted(f, release) for f, _ in _selections(rule["expr"])):
             blind.add(rule["alert"])
     assert blind == GAPS.get(release, set())
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r["alert"] for r in RULES])
+def test_every_join_and_aggregation_keeps_clusters_apart(rule):
+    """Two clusters with the same namespaces and pod names (and pod IPs): a `by`/`on` clause naming the namespace or
+    the worker's host names the cluster too. (`group_left` lists copy the engine's labels across a match already
+    made on the cluster.)"""
+    for clause in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", rule["expr"]):
+        labels = {x.strip() for x in clause.split(",")}
+        if labels & {"namespace", "host"}:
+            assert "cluster" in labels, (rule["alert"], sorted(labels))
