@@ -164,9 +164,10 @@ def _joins_doc(settings: RuleSettings) -> list[str]:
         "No gateway latency family carries `worker` (`smg_router_ttft_seconds` and "
         "`smg_router_request_duration_seconds` are labelled by model, endpoint, backend and router type), so the "
         "gateway's TTFT is compared per model: its p99 against the engines' recorded p99 per `model_name` (the "
-        "slowest namespace of the cluster stands for the model; the native rules must run, with SGLang's /metrics "
-        "scraped). sglang-router before 0.3.0 has no TTFT family: SGLangGatewayLatencyAboveEngines (mean request "
-        "duration against the engines' mean end-to-end latency) covers it.", ""]
+        "gateway's `model` must be the engines' served model name; the slowest namespace of the cluster stands for "
+        "the model; the native rules must run, with SGLang's /metrics scraped). sglang-router before 0.3.0 has no "
+        "TTFT family: SGLangGatewayLatencyAboveEngines (mean request duration against the engines' mean end-to-end "
+        "latency) covers it.", ""]
 
 
 def _cache_aware_doc() -> list[str]:
