@@ -210,7 +210,7 @@ def runbook(a: Alert, s: GatewaySignal) -> str:
              "Run `sglang-exporter generate`. -->", "",
              f"Severity: **{a.severity}** ({'pages' if a.page else 'opens a ticket'}). Source: the SGLang gateway's "
              f"own metrics port (SGLang Model Gateway or sglang-router), families {fams}.", "",
-             "## Meaning", "", s.meaning, "", "## Impact", "", s.impact, "",
+             "## Meaning", "", s.meaning, "", *_joined_note(s), "## Impact", "", s.impact, "",
              "## Diagnosis", "", "The alert's expression (run it in Prometheus; the Gateway dashboard plots it):",
              "", "```promql", a.expr.rstrip(), "```", ""]
     lines += [f"{k}. {c}" for k, c in enumerate(s.checks, 1)]
@@ -218,3 +218,14 @@ def runbook(a: Alert, s: GatewaySignal) -> str:
               "Fix the cause the diagnosis names; the engine dashboards (linked from the Gateway board) show the "
               "workers' own verdicts.", ""]
     return "\n".join(lines)
+
+
+def _joined_note(s: GatewaySignal) -> list[str]:
+    """How a joined alert found the engine, and what its value says."""
+    if not s.engine_signals:
+        return []
+    return ["The engine is the one behind the worker's URL: the pod whose IP is the URL's host (any namespace of the "
+            "cluster), or whose name is the URL's first DNS label (the gateway's namespace); docs/gateway.md, "
+            "\"Joined with the engines\", says how and where it cannot tell. The alert's labels are the engine's "
+            f"identity and the worker; its value says why the gateway stopped routing: {joins.OPEN} its circuit "
+            f"breaker is open, {joins.UNHEALTHY} its health check fails.", ""]
