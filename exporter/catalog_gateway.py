@@ -27,7 +27,7 @@ class GatewaySignal:
     checks: tuple            # the runbook's first steps, most telling first
     families: tuple          # the gateway families it reads (smg_ names)
     defaults: dict = field(default_factory=dict)
-    engine_values: tuple = ()   # SGLang engine values it compares with (exporter.catalog_native names)
+    engine_values: tuple = ()   # SGLang engine values it compares with (exporter.catalog.native names)
     engine_signals: tuple = ()  # the engine verdicts (sidecar signal ids) a joined signal reads, most telling first
 
     @property

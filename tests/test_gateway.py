@@ -8,8 +8,8 @@ import re
 import pytest
 import yaml
 
-from exporter.catalog_gateway import GATEWAY_SIGNALS
-from exporter.catalog_metrics import METRICS
+from exporter.catalog.gateway import GATEWAY_SIGNALS
+from exporter.catalog.metrics import METRICS
 from exporter.config import Config
 from exporter.generate import gateway as gen
 from exporter.generate.settings import RuleSettings

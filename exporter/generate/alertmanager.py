@@ -21,7 +21,7 @@ VANISHED = "SGLangExportersVanished"
 # the scheduler idle while requests wait (catalog_serving): the stall's second witness
 IDLE_ALERT = catalog.SIGNALS_BY_ID["scheduler_idle_waiting"].alert.name  # type: ignore[union-attr]  # (it has one)
 
-# the gateway's alerts joined with an engine's verdict (exporter/catalog_gateway.py)
+# the gateway's alerts joined with an engine's verdict (exporter/catalog/gateway.py)
 GATEWAY_CRASHED = "SGLangGatewayWorkerEngineCrashed"
 GATEWAY_FAILING = "SGLangGatewayWorkerEngineFailing"
 GATEWAY_JOINED = (GATEWAY_CRASHED, GATEWAY_FAILING, "SGLangGatewayCutsOffHealthyEngine")

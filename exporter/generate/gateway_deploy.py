@@ -6,7 +6,7 @@ import copy
 
 import yaml
 
-from exporter.catalog_gateway import GATEWAY_SIGNALS, GatewaySignal
+from exporter.catalog.gateway import GATEWAY_SIGNALS, GatewaySignal
 from exporter.generate.dashboards.grafana import DATASOURCE, dashboard_content
 from exporter.generate.dashboards.house import decorate as decorate_dashboard
 from exporter.generate.dashboards.model import DashboardSpec, Panel, Target
@@ -157,7 +157,7 @@ def component_files(settings: RuleSettings, board: str) -> dict[str, str]:
                      "resources": ["podmonitor.yaml", "prometheusrule.yaml", "dashboard-configmap.yaml"]}
     note = (f"# Label your gateway pods `{GATEWAY_LABEL}: \"true\"` (its metrics on :{METRICS_PORT}, the default "
             "--prometheus-port)\n# and list this directory under `components:` (docs/gateway.md).\n")
-    return {f"{COMPONENT}/kustomization.yaml": DEPLOY_HEADER.format(src="exporter/catalog_gateway.py") + note
+    return {f"{COMPONENT}/kustomization.yaml": DEPLOY_HEADER.format(src="exporter/catalog/gateway.py") + note
             + _yaml(kustomization),
             f"{COMPONENT}/podmonitor.yaml": DEPLOY_HEADER.format(src="exporter/generate/gateway.py") + _yaml(monitor),
             f"{COMPONENT}/prometheusrule.yaml": DEPLOY_HEADER.format(src=f"alerts/{RULES}") + _yaml(rule),

@@ -1,5 +1,5 @@
 """PromQL joining the gateway's view of a worker with the verdict of the sidecar beside that worker's engine, and
-the gateway's time to first token with the engines' own (the joined signals of exporter/catalog_gateway.py).
+the gateway's time to first token with the engines' own (the joined signals of exporter/catalog/gateway.py).
 
 A worker is known to the gateway by its URL (the `worker` label); an engine by its sidecar's target labels (the
 identity labels, `instance`). Two keys join them, both derived as a `host` label on each side:

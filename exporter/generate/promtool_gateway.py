@@ -2,8 +2,8 @@
 (exporter/releases/gateway.json), for alerts/tests/sglang-gateway.test.yml."""
 from __future__ import annotations
 
-from exporter.catalog_gateway import GATEWAY_SIGNALS_BY_ID
-from exporter.catalog_native import native_metric_names
+from exporter.catalog.gateway import GATEWAY_SIGNALS_BY_ID
+from exporter.catalog.native import native_metric_names
 from exporter.generate import gateway_joins as joins
 from exporter.generate.gateway_rules import (
     GATEWAY_JOB,
