@@ -58,6 +58,74 @@ def test_every_selector_names_a_family_and_labels_the_gateway_emits(where, expr)
         assert any(label in releases.family(f).labels for f in families), f"{where}: no family carries {label}"
 
 
+def test_the_joined_rules_read_only_what_the_sidecar_and_the_native_rules_provide():
+    """The engine side of a joined rule: the sidecar's own families, and the per-model latency the native rules
+    record (alerts/sglang-native.rules.yml)."""
+    from exporter.generate.rules import latency_record_sources
+    settings = RuleSettings()
+    recorded = set(latency_record_sources(settings))
+    sidecar = {m.name for m in METRICS}
+    for rule in RULES:
+        for name in re.findall(r"\bsglang_exporter_[a-z_]+", rule["expr"]):
+            assert name in sidecar, f"{rule['alert']}: the sidecar exports no {name}"
+        for name in re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+\b", rule["expr"]):
+            assert name in recorded, f"{rule['alert']}: no native rule records {name}"
+
+
+def test_the_joined_alerts_carry_no_churny_label():
+    """The cause line and the gateway's state change within one incident: as labels they would end the alert and
+    start another (a second page). They are read into the description; the labels are the engine's identity, the
+    worker and the engine's verdict (a signal id)."""
+    joined = [s for s in GATEWAY_SIGNALS if s.engine_signals]
+    assert {s.alert for s in joined} >= {"SGLangGatewayWorkerEngineCrashed", "SGLangGatewayWorkerEngineFailing",
+                                         "SGLangGatewayCutsOffHealthyEngine"}
+    for s in joined:
+        rule = next(r for r in RULES if r["alert"] == s.alert)
+        copied = " ".join(re.findall(r"group_left \(([^)]*)\)", rule["expr"]))
+        assert "cause" not in copied and "state" not in copied, copied
+        assert not re.search(r"\bby \([^)]*cause", rule["expr"])
+        assert set(re.findall(r"group_left \(([^)]*)\)", rule["expr"])) <= {
+            "namespace, pod, instance, job", "pod, instance, job", "namespace, pod, instance, job, engine_signal",
+            "pod, instance, job, engine_signal"}
+    crashed = next(r for r in RULES if r["alert"] == "SGLangGatewayWorkerEngineCrashed")
+    assert "| query" in crashed["annotations"]["description"]
+    assert "circuit open" in crashed["annotations"]["description"]
+
+
+def test_the_joined_alerts_name_engine_verdicts_and_inhibit_their_pages():
+    from exporter import catalog
+    from exporter.generate import alertmanager
+    for s in GATEWAY_SIGNALS:
+        for sid in s.engine_signals:
+            assert catalog.SIGNALS_BY_ID[sid].alert, f"{s.id}: {sid} is no engine alert"
+    failing = next(s for s in GATEWAY_SIGNALS if s.id == "gateway_worker_engine_failing")
+    verdict_alerts = {catalog.SIGNALS_BY_ID[sid].alert.name for sid in failing.engine_signals}
+    assert verdict_alerts <= set(alertmanager.GATEWAY_FAILING_TARGETS)
+    names = {s.alert for s in GATEWAY_SIGNALS}
+    assert set(alertmanager.GATEWAY_JOINED) <= names
+    cfg = alertmanager.alertmanager_config(RuleSettings())
+    sources = {m for rule in cfg["inhibit_rules"] for m in rule["source_matchers"]}
+    for name in alertmanager.GATEWAY_JOINED + ("SGLangGatewayTTFTAboveEngines",):
+        assert any(name in m for m in sources), f"{name} inhibits nothing"
+    # the breaker alert and the joined ones share the worker and the cluster, not the namespace (it may differ)
+    breaker = next(r for r in cfg["inhibit_rules"] if r["target_matchers"] == ['alertname="SGLangGatewayCircuitOpen"'])
+    assert breaker["equal"] == ["cluster", "worker"]
+
+
+def test_the_local_stacks_load_the_gateway_rules():
+    """deploy/local: Prometheus reads every alerts/*.rules.yml (compose mounts alerts/; the Docker-less script points
+    the same glob at the checkout's alerts/), so the gateway's rules are loaded beside the engine's."""
+    import fnmatch
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    prom = yaml.safe_load((root / "deploy/local/prometheus.yml").read_text())
+    mounted = yaml.safe_load((root / "deploy/local/compose.yaml").read_text())["services"]["prometheus"]["volumes"]
+    assert "../../alerts:/etc/prometheus/rules:ro" in mounted
+    assert any(fnmatch.fnmatch(f"/etc/prometheus/rules/{gen.RULES}", g) for g in prom["rule_files"])
+    assert '"/etc/prometheus/rules/", f"{repo}/alerts/"' in (root / "deploy/local/run-local-stack.sh").read_text()
+    assert (root / "alerts" / gen.RULES).is_file()
+
+
 def test_the_peers_label_mistakes_are_absent():
     """The gateway says status_code (not status) and result (not decision)."""
     text = RENDERED[f"alerts/{gen.RULES}"] + RENDERED[f"dashboards/{gen.UID}.json"]
@@ -70,7 +138,8 @@ def test_the_peers_label_mistakes_are_absent():
 def test_every_signal_reads_families_a_release_defines_and_tolerates_the_old_spelling(signal):
     rule = next(r for r in RULES if r["alert"] == signal.alert)
     for fam in signal.families:
-        assert releases.family(fam).line == "gateway"
+        # an old router's family only where no gateway release carries its meaning (it is not renamed)
+        assert releases.family(fam).line == "gateway" or fam not in releases.renames(), fam
         for name in releases.spellings(fam):
             assert re.search(rf"\b{name}(_sum|_count|_bucket)?\b", rule["expr"]), f"{signal.alert} does not read {name}"
 
@@ -160,3 +229,45 @@ def test_kustomize_component_builds():
     assert out.returncode == 0, out.stderr
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
     assert kinds == ["ConfigMap", "PodMonitor", "PrometheusRule"]
+
+
+def _emitted(name: str, release: str) -> bool:
+    """Whether `release` (a gateway tag or an sglang-router wheel version) defines the family."""
+    for line in releases.LINES:
+        order = releases.releases(line)
+        got = releases.span(name, line)
+        if got is not None and release in order:
+            first, last = got
+            return order.index(first) <= order.index(release) <= order.index(last or order[-1])
+    return False
+
+
+ALL_RELEASES = releases.releases("gateway") + releases.releases("router")
+# what an old sglang-router cannot say: worker health arrived in 0.1.9, breakers and retry exhaustion in 0.2.1
+GAPS = {"0.1.5": {"SGLangGatewayNoHealthyWorker", "SGLangGatewayCircuitOpen", "SGLangGatewayRetriesExhausted",
+                  "SGLangGatewayWorkerEngineCrashed"},
+        "0.1.9": {"SGLangGatewayCircuitOpen", "SGLangGatewayRetriesExhausted"}}
+
+
+@pytest.mark.parametrize("release", ALL_RELEASES)
+def test_every_release_feeds_the_core_alerts(release):
+    """Per release, not only over the union of releases: the paging alerts and the breaker's read at least one
+    family that release emits (the rules `or` the spellings, so one is enough)."""
+    core = ("SGLangGatewayNoHealthyWorker", "SGLangGatewayCircuitOpen", "SGLangGatewayRetriesExhausted",
+            "SGLangGatewayErrorRatioHigh", "SGLangGatewayWorkerEngineCrashed")
+    blind = set()
+    for rule in RULES:
+        if rule["alert"] in core and not any(_emitted(f, release) for f, _ in _selections(rule["expr"])):
+            blind.add(rule["alert"])
+    assert blind == GAPS.get(release, set())
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r["alert"] for r in RULES])
+def test_every_join_and_aggregation_keeps_clusters_apart(rule):
+    """Two clusters with the same namespaces and pod names (and pod IPs): a `by`/`on` clause naming the namespace or
+    the worker's host names the cluster too. (`group_left` lists copy the engine's labels across a match already
+    made on the cluster.)"""
+    for clause in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", rule["expr"]):
+        labels = {x.strip() for x in clause.split(",")}
+        if labels & {"namespace", "host"}:
+            assert "cluster" in labels, (rule["alert"], sorted(labels))

@@ -28,6 +28,7 @@ class GatewaySignal:
     families: tuple          # the gateway families it reads (smg_ names)
     defaults: dict = field(default_factory=dict)
     engine_values: tuple = ()   # SGLang engine values it compares with (exporter.catalog.native names)
+    engine_signals: tuple = ()  # the engine verdicts (sidecar signal ids) a joined signal reads, most telling first
 
     @property
     def page(self) -> bool:
@@ -186,18 +187,92 @@ GATEWAY_SIGNALS: tuple[GatewaySignal, ...] = (
          "means the ring lookup failed or workers are unhealthy."),
         ("smg_prefix_hash_policy_branch_total",), {"min_share": 0.5, "window": "15m"}),
     GatewaySignal(
-        "gateway_worker_engine_crashed", "Breaker open on a worker whose engine crashed", "critical",
+        "gateway_cache_aware_fallback", "Cache-aware routing mostly in its load-balancing fallback", "warning",
+        "SGLangGatewayCacheAwareFallback", "15m",
+        "The sglang-router's cache-aware policy mostly gives up prefix locality to balance load.",
+        "{{ $labels.pod }} ({{ $labels.namespace }}): {{ $value | humanizePercentage }} of cache-aware routing "
+        "decisions over 15 minutes went to the shortest queue, not to a prefix's worker.",
+        "The cache-aware policy routes by prefix only while the workers' loads are balanced; when the busiest "
+        "worker's load exceeds both balance thresholds (absolute and relative) it sends the request to the least "
+        "loaded worker instead. Here most decisions took that fallback. Only sglang-router before 0.3.0 counts "
+        "these decisions: the SGLang Model Gateway's cache_aware policy exports no decision counter (docs/gateway.md).",
+        "Prefix-cache reuse on the engines drops (more prefill, higher time to first token), and the imbalance "
+        "behind it means one worker queues.",
+        ("Compare the workers' loads (`sgl_router_running_requests` by `worker`): one worker far busier than the "
+         "rest keeps the policy in its fallback; find why (a hot prefix, a slow engine).",
+         "Raise `--balance-abs-threshold` / `--balance-rel-threshold` if short bursts trip it, or add workers.",
+         "Compare with the engines' prefix cache hit rate on their boards."),
+        ("sgl_router_load_balancing_events_total", "sgl_router_cache_hits_total", "sgl_router_cache_misses_total"),
+        {"max_fallback_share": 0.5, "window": "15m"}),
+    # ---- joined with the engines: the worker's gateway-side state beside its engine's own verdict (the sidecar's
+    # signals). The gateway state and the cause are in the description, never labels (a label that changes within
+    # one incident ends the alert and starts another: a second page). How the worker joins its engine: docs/gateway.md.
+    GatewaySignal(
+        "gateway_worker_engine_crashed", "Gateway cut off a worker whose engine crashed", "critical",
         "SGLangGatewayWorkerEngineCrashed", "0s",
-        "A worker's circuit is open in the SGLang gateway and its engine reports a crash.",
-        "Worker {{ $labels.worker }} behind gateway {{ $labels.gateway }}: circuit open; its engine "
-        "{{ $labels.pod }} reports a crash. Cause: {{ $labels.cause_class }} {{ $labels.cause }}",
-        "The gateway stopped routing to a worker, and the sidecar beside that worker's engine judged it crashed: "
-        "one incident seen from both sides (joined on the worker's address, the engine pod's IP).",
+        "The SGLang gateway stopped routing to a worker, and that worker's engine reports a crash.",
+        "Worker {{ $labels.worker }}: @STATE@ in the gateway; its engine {{ $labels.pod }} ({{ $labels.namespace }}) "
+        "reports a crash. Cause: @CAUSE@",
+        "The gateway stopped routing to a worker (its circuit breaker open, or its health check failing), and the "
+        "sidecar beside that worker's engine judged it crashed: one incident seen from both sides.",
         "The pool runs one worker short until the engine restarts; this page replaces the engine's crash page "
         "and the gateway's breaker ticket (inhibited).",
         ("Follow the engine's crash runbook (SGLangServerCrashed): the cause line is in this alert.",
          "Once the engine is back, the breaker closes by itself after its timeout."),
-        ("smg_worker_cb_state",)),
+        ("smg_worker_cb_state", "smg_worker_health"), engine_signals=("server_crashed",)),
+    GatewaySignal(
+        "gateway_worker_engine_failing", "Gateway cut off a worker whose engine failed", "critical",
+        "SGLangGatewayWorkerEngineFailing", "0s",
+        "The SGLang gateway stopped routing to a worker, and that worker's engine reports a stall, an OOM or a "
+        "failed start-up.",
+        "Worker {{ $labels.worker }}: @STATE@ in the gateway; its engine {{ $labels.pod }} ({{ $labels.namespace }}) "
+        "reports {{ $labels.engine_signal }}. Cause: @CAUSE@",
+        "The gateway stopped routing to a worker, and the sidecar beside that worker's engine reports why: the "
+        "engine stalled, ran out of memory, or never finished starting (`engine_signal` names the engine's verdict, "
+        "the most telling one when several fire: startup_oom, oom_prefill, oom_decode, startup_stalled, stalled).",
+        "The pool runs one worker short until the engine recovers; this page replaces the engine's own page for "
+        "that verdict and the gateway's breaker ticket (inhibited).",
+        ("Follow the engine's runbook for `engine_signal` (SGLangStalled, SGLangPrefillOOM, SGLangDecodeOOM, "
+         "SGLangStartupOOM, SGLangStartupStalled): the engine is the one at fault.",
+         "When the engine recovers, the gateway's health check and breaker let it back in by themselves."),
+        ("smg_worker_cb_state", "smg_worker_health"),
+        engine_signals=("startup_oom", "oom_prefill", "oom_decode", "startup_stalled", "stalled")),
+    GatewaySignal(
+        "gateway_cuts_off_healthy_engine", "Gateway cut off a worker whose engine is healthy", "warning",
+        "SGLangGatewayCutsOffHealthyEngine", "5m",
+        "The SGLang gateway stopped routing to a worker whose engine reports no failure.",
+        "Worker {{ $labels.worker }}: @STATE@ in the gateway, but its engine {{ $labels.pod }} "
+        "({{ $labels.namespace }}) answers its sidecar and reports no crash, stall or OOM: the fault is between "
+        "gateway and engine.",
+        "The gateway's breaker is open (or its health check fails) for a worker whose engine answers the sidecar "
+        "beside it (the sidecar's scrape of its /metrics works) and is judged sound: the requests fail on the way "
+        "(timeouts, connection resets, TLS, a NetworkPolicy), or the gateway's timeouts are shorter than the "
+        "engine's latency. Sidecars that only read the log are not joined here: they cannot tell an engine still "
+        "starting from one serving.",
+        "A healthy engine's capacity is wasted; the remaining workers take its load.",
+        ("Check `smg_worker_errors_total` by `error_type` (timeouts, connection errors) and the gateway's log for "
+         "the worker's URL.",
+         "Compare the gateway's request and health-check timeouts with the engine's p99 end-to-end latency (its "
+         "dashboard).",
+         "From the gateway's pod, reach the worker URL's /health (DNS, NetworkPolicy, TLS, proxy)."),
+        ("smg_worker_cb_state", "smg_worker_health"),
+        engine_signals=("server_crashed", "startup_oom", "oom_prefill", "oom_decode", "startup_stalled",
+                        "stalled")),
+    GatewaySignal(
+        "gateway_ttft_above_engines", "Gateway time to first token far above the engines'", "warning",
+        "SGLangGatewayTTFTAboveEngines", "10m",
+        "The SGLang gateway's time to first token is far above the engines' own.",
+        "{{ $labels.model }} ({{ $labels.namespace }}): the gateway's p99 time to first token is "
+        "{{ $value | printf \"%.1f\" }}x the engines' own p99 over 5 minutes.",
+        "For one model, the p99 time to first token the gateway measures is several times the p99 the engines "
+        "record (`sglang:time_to_first_token_seconds`, the native rules' per-model record): requests wait in the "
+        "gateway (queue, rate limiter, retries and their backoff) before an engine starts them.",
+        "Users wait for the first token longer than any engine dashboard shows.",
+        ("Check retries (`smg_worker_retries_total`) and their backoff (`smg_worker_retry_backoff_seconds`): "
+         "every retry adds a full attempt before the first token.",
+         "Check the gateway's admission queue and rate limiter (`smg_http_rate_limit_total`) and its CPU.",
+         "Check the network between gateway and engines (cross-zone, TLS)."),
+        ("smg_router_ttft_seconds",), {"min_ratio": 2.0, "min_extra_seconds": 1.0}, ("ttft",)),
 )
 GATEWAY_SIGNALS_BY_ID = {s.id: s for s in GATEWAY_SIGNALS}
 

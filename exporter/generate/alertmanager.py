@@ -21,6 +21,13 @@ VANISHED = "SGLangExportersVanished"
 # the scheduler idle while requests wait (catalog_serving): the stall's second witness
 IDLE_ALERT = catalog.SIGNALS_BY_ID["scheduler_idle_waiting"].alert.name  # type: ignore[union-attr]  # (it has one)
 
+# the gateway's alerts joined with an engine's verdict (exporter/catalog/gateway.py)
+GATEWAY_CRASHED = "SGLangGatewayWorkerEngineCrashed"
+GATEWAY_FAILING = "SGLangGatewayWorkerEngineFailing"
+GATEWAY_JOINED = (GATEWAY_CRASHED, GATEWAY_FAILING, "SGLangGatewayCutsOffHealthyEngine")
+GATEWAY_FAILING_TARGETS = ("SGLangStartupOOM", *SERVING_OOM_ALERTS, "SGLangStartupStalled", "SGLangStalled", IDLE_ALERT)
+
+
 def failure_alerts() -> tuple[str, ...]:
     """Alerts that mean "this server died": they silence its stall page."""
     return tuple(s.alert.name for s in catalog.SIGNALS if s.failure and s.alert)
@@ -72,18 +79,28 @@ def alertmanager_config(settings: RuleSettings) -> dict:
                 "target_matchers": [f'alertname=~"SGLangStalled|{IDLE_ALERT}"'],
                 "equal": list(settings.inhibit_equal),
             },
-            {  # a gateway breaker open on a worker whose engine crashed: one page, the joined one (its engine's
-                # crash page, on the engine's instance)
-                "source_matchers": ['alertname="SGLangGatewayWorkerEngineCrashed"'],
+            {  # the gateway cut off a worker whose engine crashed: one page, the joined one (its engine's crash
+                # page, on the engine's identity)
+                "source_matchers": [f'alertname="{GATEWAY_CRASHED}"'],
                 "target_matchers": ['alertname="SGLangServerCrashed"'],
                 "equal": list(settings.inhibit_equal),
             },
-            {  # ... and the gateway's own breaker alert on that worker (the joined alert names the engine's
-               # pod, the breaker alert the gateway's: the worker URL is what they share)
-                "source_matchers": ['alertname="SGLangGatewayWorkerEngineCrashed"'],
+            {  # ... or whose engine stalled, ran out of memory or never started: the joined page names the engine's
+               # verdict, so the engine's own pages for it are held back
+                "source_matchers": [f'alertname="{GATEWAY_FAILING}"'],
+                "target_matchers": [f'alertname=~"{"|".join(GATEWAY_FAILING_TARGETS)}"'],
+                "equal": list(settings.inhibit_equal),
+            },
+            {  # ... and the gateway's own breaker alert on that worker. The joined alerts carry the engine's identity,
+               # the breaker alert the gateway's (its namespace may differ): the worker URL is what they share
+                "source_matchers": [f'alertname=~"{"|".join(GATEWAY_JOINED)}"'],
                 "target_matchers": ['alertname="SGLangGatewayCircuitOpen"'],
-                "equal": [lab for lab in settings.inhibit_equal
-                          if lab not in ("instance", settings.server_label)] + ["worker"],
+                "equal": [lab for lab in settings.inhibit_equal if lab in settings.cluster_labels] + ["worker"],
+            },
+            {  # the gateway's p99 time to first token far above the engines' says more than its mean duration
+                "source_matchers": ['alertname="SGLangGatewayTTFTAboveEngines"'],
+                "target_matchers": ['alertname="SGLangGatewayLatencyAboveEngines"'],
+                "equal": [lab for lab in settings.inhibit_equal if lab in settings.cluster_labels] + ["namespace"],
             },
             {  # no batch progress and the scheduler's own clock idle are one incident: the stall pages, the
                # idle scheduler (its second witness, catalog_serving) is held back; alone it pages itself

@@ -39,13 +39,14 @@ class _Worker:
 
 class GatewaySimulator:
     def __init__(self, release: str = "1.9.0", workers: int = 3, rps_per_worker: int = 4,
-                 active_per_worker: int = 6, model: str = "m"):
+                 active_per_worker: int = 6, model: str = "m", urls: tuple[str, ...] = ()):
         line = "router" if release in releases.releases("router") else "gateway"
         if release not in releases.releases(line):
             raise ValueError(f"{release}: not a gateway release of exporter/releases/gateway.json "
                              f"(gateway: {releases.releases('gateway')}, router: {releases.releases('router')})")
         self.release, self.old = release, uses_old_names(release)
-        self.workers = [_Worker(f"http://10.0.1.{i + 1}:30000") for i in range(workers)]
+        # `urls`: the first workers' URLs (a real engine's address, for a joined rehearsal), the rest made up
+        self.workers = [_Worker(urls[i] if i < len(urls) else f"http://10.0.1.{i + 1}:30000") for i in range(workers)]
         self.rps, self.active_per_worker, self.model = rps_per_worker, active_per_worker, model
         self.requests = self.ok = self.failed = self.exhausted = 0
         self.duration_sum = 0.0
