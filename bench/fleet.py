@@ -154,9 +154,9 @@ def prometheus_config(servers: int, port: int, rules: list[Path]) -> dict:
             "rule_files": [str(r) for r in rules], "scrape_configs": scrape_configs}
 
 
-def api(base: str, path: str, params: dict, timeout: float = 30) -> tuple[dict, float]:
+def api(base: str, path: str, params: dict, timeout: float = 10) -> tuple[dict, float]:
     """Prometheus' JSON answer and the seconds it took; an error, a refusal or no answer within `timeout`
-    (a query that slow has failed its goal many times over) is an answer with status "error"."""
+    (5x the goal: such a query has failed it) is an answer with status "error"."""
     url = f"{base}{path}?{urllib.parse.urlencode(params, doseq=True)}"
     t0 = time.monotonic()
     try:
@@ -194,6 +194,10 @@ def dashboard_queries(directory: Path) -> list[tuple[str, str, str, bool]]:
             if var.get("type") == "query":
                 out.append((board["uid"], f"${var['name']}", var["query"], False))
     return out
+
+
+def progress(what: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {what} (load {load()})", file=sys.stderr, flush=True)
 
 
 def load() -> str:
@@ -242,20 +246,34 @@ def latency_alternatives() -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def time_alternatives(base: str, repeat: int = 3) -> list[tuple[str, float, int]]:
-    """(alternative, seconds per evaluation: each query's median of `repeat` instant queries summed, series
-    written) of every latency alternative."""
+def instant(base: str, expr: str) -> tuple[float, int, int]:
+    """(seconds, samples read, series returned) of one instant query. The samples Prometheus counts
+    (`stats=all`) measure a query's work whatever the machine's load; the seconds do not."""
+    body, took = api(base, "/api/v1/query", {"query": expr, "stats": "all"})
+    data = body.get("data") or {}
+    samples = (data.get("stats") or {}).get("samples", {}).get("totalQueryableSamples", -1)
+    return took, samples, len(data.get("result") or [])
+
+
+def rule_samples(base: str, rule_files: list[Path]) -> dict[str, int]:
+    """Each rule group's samples read per evaluation: its rules' expressions as instant queries."""
+    out = {}
+    for path in rule_files:
+        for group in (yaml.safe_load(path.read_text()) or {}).get("groups", []):
+            out[group["name"]] = sum(instant(base, rule["expr"])[1] for rule in group["rules"])
+    return out
+
+
+def time_alternatives(base: str) -> list[tuple[str, float, int, int]]:
+    """(alternative, seconds and samples read per evaluation (its queries summed), series written) of every
+    latency alternative."""
     rows = []
     for label, queries in latency_alternatives().items():
-        total, written = 0.0, 0
+        took, samples, written = 0.0, 0, 0
         for _what, expr in queries:
-            times = []
-            for _ in range(repeat):
-                body, took = api(base, "/api/v1/query", {"query": expr})
-                times.append(took)
-            total += statistics.median(times)
-            written += len(body.get("data", {}).get("result", []))
-        rows.append((label, total, written))
+            t, n, series = instant(base, expr)
+            took, samples, written = took + t, samples + n, written + series
+        rows.append((label, took, samples, written))
     return rows
 
 
@@ -280,7 +298,8 @@ def main() -> int:
     ap.add_argument("--rules", type=Path, default=ROOT / "alerts", help="directory of *.rules.yml to load")
     ap.add_argument("--dashboards", type=Path, default=ROOT / "dashboards")
     ap.add_argument("--captures", type=Path, default=CAPTURES, help="bench/fleet_capture.py output (tp1, dp8tp8)")
-    ap.add_argument("--warmup", type=float, default=150, help="seconds before measuring (rates need samples)")
+    ap.add_argument("--warmup", type=float, default=320,
+                    help="seconds before measuring (the rules' 5m rate windows fill: a query reads what it will)")
     ap.add_argument("--measure", type=float, default=90, help="seconds of rule evaluations to take the max over")
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--latency-alternatives", action="store_true",
@@ -306,7 +325,9 @@ def main() -> int:
                                 stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "prometheus.log", "w"))
         try:
             wait_ready(base, time.monotonic() + 60)
+            progress(f"{2 * args.servers} targets, {len(rules)} rule files; warming up {args.warmup:.0f} s")
             time.sleep(args.warmup)
+            progress(f"measuring rule groups for {args.measure:.0f} s")
             loads["measuring"] = load()
             durations: dict[str, list[float]] = {}
             end = time.monotonic() + args.measure
@@ -327,10 +348,15 @@ def main() -> int:
             result = up.get("data", {}).get("result") or [{"value": [0, "0"]}]
             targets_up = int(float(result[0]["value"][1]))
             now = time.time()
+            progress("running every dashboard query")
             queries = [(board, title, *run_query(base, expr, instant, now))
                        for board, title, expr, instant in dashboard_queries(args.dashboards)]
             loads["queries"] = load()
+            if args.latency_alternatives:
+                progress("timing the latency recording alternatives")
             alternatives = time_alternatives(base) if args.latency_alternatives else []
+            progress("counting the samples each rule group reads")
+            samples = rule_samples(base, rules)
         finally:
             proc.terminate()
             try:
@@ -347,9 +373,9 @@ def main() -> int:
     for name, error in errors.items():
         print(f"  {name}: {error[:200]}")
     medians = {group: statistics.median(values) for group, values in durations.items()}
-    print(f"\n{'rule group':40} {'median s':>9} {'max s':>8}")
+    print(f"\n{'rule group':40} {'median s':>9} {'max s':>8} {'samples read':>13}")
     for group, values in sorted(durations.items()):
-        print(f"{group:40} {medians[group]:9.3f} {max(values):8.3f}")
+        print(f"{group:40} {medians[group]:9.3f} {max(values):8.3f} {samples.get(group, -1):13d}")
     print(f"\n{'board':18} {'panel / variable (15 slowest)':48} {'s':>7}  status")
     ranked = sorted(queries, key=lambda q: -q[2])
     for board, title, took, status in ranked[:15]:
@@ -359,9 +385,9 @@ def main() -> int:
     for board, title, _, status in bad:
         print(f"  {board} {title}: {status[:200]}")
     if alternatives:
-        print(f"\n{'latency recording alternative (one histogram)':88} {'s/eval':>7} {'series':>7}")
-        for label, took, written in alternatives:
-            print(f"{label:88} {took:7.3f} {written:7d}")
+        print(f"\n{'latency recording alternative (one histogram)':80} {'s/eval':>7} {'samples':>9} {'written':>8}")
+        for label, took, read, written in alternatives:
+            print(f"{label:80} {took:7.3f} {read:9d} {written:8d}")
     slow_groups = [g for g, m in medians.items() if m >= args.group_limit]
     slow_queries = [q for q in queries if q[2] >= args.query_limit]
     verdict = {
@@ -378,7 +404,7 @@ def main() -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"servers": args.servers, "head_series": head, "failures": failed,
                                          "targets_up": targets_up, "load": loads, "groups": durations,
-                                         "queries": queries, "alternatives": alternatives,
+                                         "samples": samples, "queries": queries, "alternatives": alternatives,
                                          "verdict": verdict}, indent=1))
     return 0 if all(verdict.values()) else 1
 
