@@ -196,6 +196,12 @@ def dashboard_queries(directory: Path) -> list[tuple[str, str, str, bool]]:
     return out
 
 
+def targets_up_count(base: str) -> int:
+    up, _ = api(base, "/api/v1/query", {"query": "count(up == 1)"})
+    result = up.get("data", {}).get("result") or [{"value": [0, "0"]}]
+    return int(float(result[0]["value"][1]))
+
+
 def progress(what: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {what} (load {load()})", file=sys.stderr, flush=True)
 
@@ -246,10 +252,12 @@ def latency_alternatives() -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def instant(base: str, expr: str) -> tuple[float, int, int]:
-    """(seconds, samples read, series returned) of one instant query. The samples Prometheus counts
-    (`stats=all`) measure a query's work whatever the machine's load; the seconds do not."""
-    body, took = api(base, "/api/v1/query", {"query": expr, "stats": "all"})
+def instant(base: str, expr: str, at: float | None = None) -> tuple[float, int, int]:
+    """(seconds, samples read, series returned) of one instant query (at time `at`, else now). The samples
+    Prometheus counts (`stats=all`) measure a query's work whatever the machine's load; the seconds do not,
+    so this waits longer than a dashboard would (-1 samples: no answer even then)."""
+    params = {"query": expr, "stats": "all", **({"time": at} if at else {})}
+    body, took = api(base, "/api/v1/query", params, timeout=120)
     data = body.get("data") or {}
     samples = (data.get("stats") or {}).get("samples", {}).get("totalQueryableSamples", -1)
     return took, samples, len(data.get("result") or [])
@@ -327,6 +335,13 @@ def main() -> int:
             wait_ready(base, time.monotonic() + 60)
             progress(f"{2 * args.servers} targets, {len(rules)} rule files; warming up {args.warmup:.0f} s")
             time.sleep(args.warmup)
+            up_now = targets_up_count(base)
+            if up_now < 0.95 * 2 * args.servers:
+                # Prometheus cannot keep up with the scrapes on this machine: its figures would measure the load
+                print(f"FAIL  only {up_now} of {2 * args.servers} targets up after the warm-up (load {load()}, "
+                      f"{os.cpu_count()} CPUs): this machine cannot run {args.servers} servers; try fewer "
+                      "(--servers) or a quieter machine")
+                return 1
             progress(f"measuring rule groups for {args.measure:.0f} s")
             loads["measuring"] = load()
             durations: dict[str, list[float]] = {}
@@ -344,9 +359,7 @@ def main() -> int:
             with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
                 own = r.read().decode()
             head = int(float(re.search(r"^prometheus_tsdb_head_series (\S+)", own, re.M).group(1)))
-            up, _ = api(base, "/api/v1/query", {"query": "count(up == 1)"})
-            result = up.get("data", {}).get("result") or [{"value": [0, "0"]}]
-            targets_up = int(float(result[0]["value"][1]))
+            targets_up = targets_up_count(base)
             now = time.time()
             progress("running every dashboard query")
             queries = [(board, title, *run_query(base, expr, instant, now))
