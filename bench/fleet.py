@@ -225,7 +225,7 @@ def latency_alternatives() -> dict[str, list[tuple[str, str]]]:
     """Ways to record one SGLang latency histogram's quantiles, each as the queries its rule group would run
     in one evaluation: (what it writes, PromQL). The first is what alerts/ does; the others are measured
     beside it, as instant queries against the same Prometheus and data."""
-    from exporter.catalog_native import native_metric_names
+    from exporter.catalog.native import native_metric_names
     from exporter.generate import rules
     from exporter.generate.promql import by, sel
     from exporter.generate.settings import RuleSettings

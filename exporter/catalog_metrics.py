@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.catalog_model import NS
+from exporter.catalog.model import NS
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def signal_value_metric(unit: str) -> tuple[str, float]:
     try:
         return SIGNAL_VALUE_METRICS[unit]
     except KeyError:
-        raise KeyError(f"value_unit {unit!r}: no metric family for it in exporter/catalog_metrics.py "
+        raise KeyError(f"value_unit {unit!r}: no metric family for it in exporter/catalog/metrics.py "
                        f"SIGNAL_VALUE_METRICS (known: {', '.join(SIGNAL_VALUE_METRICS)})") from None
 
 

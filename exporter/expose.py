@@ -13,8 +13,8 @@ from collections import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from exporter.catalog import METRICS_BY_NAME, NS, SIGNAL_VALUE_METRICS, SIGNALS_BY_ID
-from exporter.scrape import REJECT_REASONS
-from exporter.sidecar import SGLANG_SOURCE, View
+from exporter.ingest.scrape import REJECT_REASONS
+from exporter.sidecar.run import SGLANG_SOURCE, View
 
 _OOM_PHASES = ("prefill", "decode", "startup", "unknown")
 

@@ -13,7 +13,8 @@ import promql_parser as pp
 import pytest
 import yaml
 
-from exporter import catalog, catalog_slo, releases
+from exporter import catalog, releases
+from exporter.catalog import slo as catalog_slo
 from exporter.config import Config
 from exporter.generate import dashboards as gen
 from exporter.generate import stale, write
@@ -290,7 +291,7 @@ def test_sglang_metric_table_matches_the_release_data():
 
 def test_renamed_families_are_all_read():
     """A value SGLang renamed across releases is queried under each spelling the native table lists."""
-    from exporter.catalog_native import native_metric_names
+    from exporter.catalog.native import native_metric_names
     for value in ("itl", "queue_time", "prefill_inflight_queue"):
         for name in native_metric_names(value):
             assert name in SGLANG_METRICS, name
@@ -393,7 +394,7 @@ def test_no_threshold_typed_by_hand():
 
 
 def test_no_sglang_metric_name_typed_in_a_query():
-    """SGLang's metric names come from the native table (exporter.catalog_native): no query spells one."""
+    """SGLang's metric names come from the native table (exporter.catalog.native): no query spells one."""
     for path in (ROOT / "exporter/generate/dashboards").glob("*.py"):
         for line in path.read_text().splitlines():
             assert not re.search(r"Target\(.*sglang:[a-z]", line), (path.name, line)

@@ -34,7 +34,7 @@ from helpers import free_port, require_tool, wait_until
 
 from exporter import catalog
 from exporter.generate import dashboards as gen
-from exporter.sidecar import SGLANG_SOURCE
+from exporter.sidecar.run import SGLANG_SOURCE
 
 pytestmark = pytest.mark.real
 

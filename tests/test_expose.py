@@ -136,7 +136,7 @@ def test_no_empty_rank_labels(exposition):
 
 
 def test_rank_labels_of_untagged_and_folded_ranks():
-    from exporter.expose import _rank_labels
+    from exporter.web.expose import _rank_labels
     assert _rank_labels((None, None, None)) == ["0", "0", "0"]       # a single-GPU server's unprefixed log
     assert _rank_labels((None, 3, None)) == ["0", "3", "0"]
     assert _rank_labels((2, 3, 1)) == ["2", "3", "1"]
@@ -184,8 +184,8 @@ def test_per_rank_series_off_keeps_one_series_per_server(tmp_path):
     from prometheus_client import CollectorRegistry, generate_latest
 
     from exporter.config import Config
-    from exporter.expose import SidecarCollector
-    from exporter.sidecar import Sidecar
+    from exporter.web.expose import SidecarCollector
+    from exporter.sidecar.run import Sidecar
     texts = {}
     for per_rank in (True, False):
         log = tmp_path / f"sglang-{per_rank}.log"
@@ -216,7 +216,7 @@ def test_per_rank_series_off_keeps_one_series_per_server(tmp_path):
 
 
 def test_cause_label_keeps_one_series_per_kind_of_failure():
-    from exporter.expose import cause_label
+    from exporter.web.expose import cause_label
     a = cause_label("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has 79.15 GiB")
     b = cause_label("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.50 GiB. GPU 3 has 1.06 GiB")
     assert a == b == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate N GiB. GPU N has N GiB"
@@ -233,8 +233,8 @@ def test_advice_values_are_samples_of_one_series_per_flag(tmp_path):
     from golden_exposition import LOG, Clock, T
 
     from exporter.config import Config
-    from exporter.expose import families
-    from exporter.sidecar import Sidecar
+    from exporter.web.expose import families
+    from exporter.sidecar.run import Sidecar
     log = tmp_path / "sglang.log"
     log.write_text(LOG)
     sc = Sidecar(Config(profile="offline", log_files=(str(log),), from_start=True), clock=Clock(T))
@@ -260,6 +260,6 @@ def test_advice_values_are_samples_of_one_series_per_flag(tmp_path):
     old = "sglang_exporter_advice_info"
     assert {k for k in before if k[0] == old} != {k for k in after if k[0] == old}
 
-    from exporter.expose import _number
+    from exporter.web.expose import _number
     assert (_number(True), _number(False), _number(8), _number("flashinfer"), _number(None),
             _number(float("nan"))) == (1.0, 0.0, 8.0, None, None, None)

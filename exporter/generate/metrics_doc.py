@@ -3,7 +3,7 @@ from the catalog (catalog_metrics, the signals, catalog_native)."""
 from __future__ import annotations
 
 from exporter.catalog import METRICS, SIGNAL_VALUE_METRICS, SIGNALS
-from exporter.catalog_native import native_families, native_family
+from exporter.catalog.native import native_families, native_family
 
 PATH = "docs/metrics.md"
 
@@ -16,7 +16,7 @@ def render(config=None) -> dict[str, str]:
     """{"docs/metrics.md": text}. The text depends on the catalog only; `config` is taken for the shared
     generator contract."""
     out = ["# Metrics", "",
-           "<!-- Generated from the catalog (exporter/catalog_metrics.py, the signals, exporter/catalog_native.py) "
+           "<!-- Generated from the catalog (exporter/catalog/metrics.py, the signals, exporter/catalog/native.py) "
            "by exporter/generate/metrics_doc.py; regenerate with `sglang-exporter generate`. Do not edit by "
            "hand. -->", "",
            "Everything `sglang-exporter serve` exposes on `/metrics` (besides the standard `process_*` "
@@ -61,7 +61,7 @@ def render(config=None) -> dict[str, str]:
         out.append(f"| `{s.id}` | {s.severity} | `{family}` | {window} | {_cell(s.formula)} |")
     out += ["", "## SGLang's own metrics: renames across releases", "",
             "The SGLang families the sidecar reads whose newest release no longer exports them (from "
-            "exporter/catalog_native.py and the release data); the sidecar reads the old spelling from the "
+            "exporter/catalog/native.py and the release data); the sidecar reads the old spelling from the "
             "releases that have it. Every family read, and what it feeds, is in "
             "[signal-sources.md](signal-sources.md).", "",
             "| SGLang metric | releases | replaced by |", "|---|---|---|"]

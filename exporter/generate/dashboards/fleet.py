@@ -4,7 +4,7 @@ firing signal), never every signal of every server; the variables chain cluster 
 over the inventory record, so each loads a few label values even at 1,000 servers."""
 from __future__ import annotations
 
-from exporter.catalog_native import native_metric_names
+from exporter.catalog.native import native_metric_names
 from exporter.generate.dashboards.grafana import DATASOURCE
 from exporter.generate.dashboards.model import DashboardSpec, Limits, Panel, Target, row
 from exporter.generate.promql import by
