@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import shutil
 import socket
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -89,6 +91,20 @@ def start_targets(servers: int, big_every: int, capture_dir: Path):
                 expositions[key] = Exposition(texts[kind], firing)
     layout = {i: (big_every and i % big_every == big_every - 1, i % 10 == 0) for i in range(servers)}
     scrapes = [0]
+    bodies: dict[tuple[int, int], bytes] = {}
+    lock = threading.Lock()
+
+    def rendered(exp: Exposition, n: int) -> bytes:
+        """One exposition's body at scrape number n, rendered once for every target that replays it (at
+        1,000 servers, rendering per request kept a core busy in Python and the scrapes fell behind)."""
+        key = (id(exp), n)
+        with lock:
+            body = bodies.get(key)
+            if body is None:
+                for old in [k for k in bodies if k[1] < n - 1]:
+                    del bodies[old]
+                body = bodies[key] = exp.render(n)
+        return body
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):     # noqa: N802 - http.server's name
@@ -101,12 +117,15 @@ def start_targets(servers: int, big_every: int, capture_dir: Path):
                 self.send_error(404)
                 return
             scrapes[0] += 1
-            body = exp.render(int(time.time() // 15))
+            body = rendered(exp, int(time.time() // 15))
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except OSError:     # Prometheus gave up on a slow scrape (the target counts as down: see "targets up")
+                pass
 
         def log_message(self, *args):
             pass
@@ -135,11 +154,18 @@ def prometheus_config(servers: int, port: int, rules: list[Path]) -> dict:
             "rule_files": [str(r) for r in rules], "scrape_configs": scrape_configs}
 
 
-def api(base: str, path: str, params: dict, timeout: float = 60) -> tuple[dict, float]:
+def api(base: str, path: str, params: dict, timeout: float = 10) -> tuple[dict, float]:
+    """Prometheus' JSON answer and the seconds it took; an error, a refusal or no answer within `timeout`
+    (5x the goal: such a query has failed it) is an answer with status "error"."""
     url = f"{base}{path}?{urllib.parse.urlencode(params, doseq=True)}"
     t0 = time.monotonic()
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        body = json.loads(r.read())
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            body = json.loads(r.read())
+    except urllib.error.HTTPError as e:     # a bad query: Prometheus says why in a JSON body
+        body = json.loads(e.read() or b"{}") or {"status": "error", "error": str(e)}
+    except (OSError, ValueError) as e:
+        body = {"status": "error", "error": f"{type(e).__name__}: {e}"}
     return body, time.monotonic() - t0
 
 
@@ -155,27 +181,119 @@ def wait_ready(base: str, deadline: float) -> None:
     raise SystemExit("prometheus did not become ready")
 
 
-def dashboard_queries(directory: Path) -> list[tuple[str, str, str]]:
-    """(board, panel / variable, PromQL) of every dashboard JSON: panel targets and variable queries."""
+def dashboard_queries(directory: Path) -> list[tuple[str, str, str, bool]]:
+    """(board, panel / variable, PromQL, instant) of every dashboard JSON: panel targets (a table's are instant
+    queries, as Grafana runs them) and variable queries."""
     out = []
     for path in sorted(directory.glob("*.json")):
         board = json.loads(path.read_text())
         for panel in board.get("panels", []):
             for target in panel.get("targets", []):
-                out.append((board["uid"], panel["title"], target["expr"]))
+                out.append((board["uid"], panel["title"], target["expr"], bool(target.get("instant"))))
         for var in board.get("templating", {}).get("list", []):
             if var.get("type") == "query":
-                out.append((board["uid"], f"${var['name']}", var["query"]))
+                out.append((board["uid"], f"${var['name']}", var["query"], False))
     return out
 
 
-def run_query(base: str, expr: str, now: float) -> tuple[float, str]:
+def targets_up_count(base: str) -> int:
+    up, _ = api(base, "/api/v1/query", {"query": "count(up == 1)"})
+    result = up.get("data", {}).get("result") or [{"value": [0, "0"]}]
+    return int(float(result[0]["value"][1]))
+
+
+def progress(what: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {what} (load {load()})", file=sys.stderr, flush=True)
+
+
+def load() -> str:
+    """The 1/5/15-minute load averages (the machine is shared: every figure carries the load it was taken at)."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def ensure_captures(directory: Path) -> None:
+    """Capture the two layouts with bench/fleet_capture.py when they are not there yet (about a minute)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fleet_capture import capture
+    for name, tp, dp in (("tp1", 1, 1), ("dp8tp8", 8, 8)):
+        if not all((directory / name / f"{k}.prom").exists() for k in ("sidecar", "sglang")):
+            print(f"capturing {name} into {directory / name}", flush=True)
+            capture(tp, dp, directory / name, per_rank=True)
+
+
+def latency_alternatives() -> dict[str, list[tuple[str, str]]]:
+    """Ways to record one SGLang latency histogram's quantiles, each as the queries its rule group would run
+    in one evaluation: (what it writes, PromQL). The first is what alerts/ does; the others are measured
+    beside it, as instant queries against the same Prometheus and data."""
+    from exporter.catalog.native import native_metric_names
+    from exporter.generate import rules
+    from exporter.generate.promql import by, sel
+    from exporter.generate.settings import RuleSettings
+    settings = RuleSettings()
+    w = settings.window(settings.rate_window)
+    group = by(settings.join_labels + settings.native_keep_labels)
+    model = by(rules.model_labels(settings))
+    out: dict[str, list[tuple[str, str]]] = {}
+    for value in rules.RECORDED_HISTOGRAMS:
+        name = native_metric_names(value)[0]
+        raw = f"rate({name}_bucket{sel(settings.sglang_selector)}[{w}])"
+        record = rules.bucket_record(settings, name)
+        per_server = f"sum by (le, {group}) ({raw})"
+        per_model = f"histogram_quantile(0.99, sum by (le, {model}) ({raw}))"
+        out[f"{value}: bucket rates recorded, then p50/p90/p99 + model p99 from the record"] = [
+            ("bucket rates", per_server),
+            *((f"p{round(q * 100)}", f"histogram_quantile({q}, {record})") for q in (0.5, 0.9, 0.99)),
+            ("model p99", f"histogram_quantile(0.99, sum by (le, {model}) ({record}))")]
+        out[f"{value}: p50/p90/p99 per server and model p99, each from the raw buckets"] = [
+            *((f"p{round(q * 100)}", f"histogram_quantile({q}, {per_server})") for q in (0.5, 0.9, 0.99)),
+            ("model p99", per_model)]
+        out[f"{value}: p99 per server and model p99 from the raw buckets"] = [
+            ("p99", f"histogram_quantile(0.99, {per_server})"), ("model p99", per_model)]
+    return out
+
+
+def instant(base: str, expr: str, at: float | None = None) -> tuple[float, int, int]:
+    """(seconds, samples read, series returned) of one instant query (at time `at`, else now). The samples
+    Prometheus counts (`stats=all`) measure a query's work whatever the machine's load; the seconds do not,
+    so this waits longer than a dashboard would (-1 samples: no answer even then)."""
+    params = {"query": expr, "stats": "all", **({"time": at} if at else {})}
+    body, took = api(base, "/api/v1/query", params, timeout=120)
+    data = body.get("data") or {}
+    samples = (data.get("stats") or {}).get("samples", {}).get("totalQueryableSamples", -1)
+    return took, samples, len(data.get("result") or [])
+
+
+def rule_samples(base: str, rule_files: list[Path]) -> dict[str, int]:
+    """Each rule group's samples read per evaluation: its rules' expressions as instant queries."""
+    out = {}
+    for path in rule_files:
+        for group in (yaml.safe_load(path.read_text()) or {}).get("groups", []):
+            out[group["name"]] = sum(instant(base, rule["expr"])[1] for rule in group["rules"])
+    return out
+
+
+def time_alternatives(base: str) -> list[tuple[str, float, int, int]]:
+    """(alternative, seconds and samples read per evaluation (its queries summed), series written) of every
+    latency alternative."""
+    rows = []
+    for label, queries in latency_alternatives().items():
+        took, samples, written = 0.0, 0, 0
+        for _what, expr in queries:
+            t, n, series = instant(base, expr)
+            took, samples, written = took + t, samples + n, written + series
+        rows.append((label, took, samples, written))
+    return rows
+
+
+def run_query(base: str, expr: str, instant: bool, now: float) -> tuple[float, str]:
     for var, value in VARIABLES.items():
         expr = expr.replace(var, value)
     m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", expr, re.S)
     if m:       # Grafana: the label's values over the series the selector matches
         body, took = api(base, f"/api/v1/label/{m.group(2)}/values",
                          {"match[]": m.group(1), "start": now - 3600, "end": now})
+    elif instant:
+        body, took = api(base, "/api/v1/query", {"query": expr, "time": now})
     else:
         body, took = api(base, "/api/v1/query_range", {"query": expr, "start": now - 600, "end": now, "step": 15})
     return took, body.get("status", "?") + ("" if body.get("status") == "success" else f": {body.get('error')}")
@@ -188,13 +306,21 @@ def main() -> int:
     ap.add_argument("--rules", type=Path, default=ROOT / "alerts", help="directory of *.rules.yml to load")
     ap.add_argument("--dashboards", type=Path, default=ROOT / "dashboards")
     ap.add_argument("--captures", type=Path, default=CAPTURES, help="bench/fleet_capture.py output (tp1, dp8tp8)")
-    ap.add_argument("--warmup", type=float, default=150, help="seconds before measuring (rates need samples)")
+    ap.add_argument("--warmup", type=float, default=320,
+                    help="seconds before measuring (the rules' 5m rate windows fill: a query reads what it will)")
     ap.add_argument("--measure", type=float, default=90, help="seconds of rule evaluations to take the max over")
     ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--latency-alternatives", action="store_true",
+                    help="also time other ways to record the latency quantiles, side by side")
+    ap.add_argument("--group-limit", type=float, default=1.0, help="goal: every rule group's median evaluation")
+    ap.add_argument("--query-limit", type=float, default=2.0, help="goal: every dashboard query")
     args = ap.parse_args()
     prometheus = shutil.which("prometheus")
     if not prometheus:
         raise SystemExit("needs Debian's prometheus (apt-get install prometheus)")
+    ensure_captures(args.captures)
+    loads = {"start": load()}
+    started = time.monotonic()
     httpd, scrapes = start_targets(args.servers, args.big_every, args.captures)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -207,14 +333,24 @@ def main() -> int:
                                 stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "prometheus.log", "w"))
         try:
             wait_ready(base, time.monotonic() + 60)
+            progress(f"{2 * args.servers} targets, {len(rules)} rule files; warming up {args.warmup:.0f} s")
             time.sleep(args.warmup)
+            up_now = targets_up_count(base)
+            if up_now < 0.95 * 2 * args.servers:
+                # Prometheus cannot keep up with the scrapes on this machine: its figures would measure the load
+                print(f"FAIL  only {up_now} of {2 * args.servers} targets up after the warm-up (load {load()}, "
+                      f"{os.cpu_count()} CPUs): this machine cannot run {args.servers} servers; try fewer "
+                      "(--servers) or a quieter machine")
+                return 1
+            progress(f"measuring rule groups for {args.measure:.0f} s")
+            loads["measuring"] = load()
             durations: dict[str, list[float]] = {}
             end = time.monotonic() + args.measure
             errors: dict[str, str] = {}
             while time.monotonic() < end:
                 # each group's last evaluation time (prometheus_rule_group_last_duration_seconds) and health
                 body, _ = api(base, "/api/v1/rules", {})
-                for group in body["data"]["groups"]:
+                for group in body.get("data", {}).get("groups", []):
                     durations.setdefault(group["name"], []).append(float(group["evaluationTime"]))
                     for rule in group["rules"]:
                         if rule.get("health") == "err":
@@ -223,9 +359,17 @@ def main() -> int:
             with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
                 own = r.read().decode()
             head = int(float(re.search(r"^prometheus_tsdb_head_series (\S+)", own, re.M).group(1)))
+            targets_up = targets_up_count(base)
             now = time.time()
-            queries = [(board, title, *run_query(base, expr, now))
-                       for board, title, expr in dashboard_queries(args.dashboards)]
+            progress("running every dashboard query")
+            queries = [(board, title, *run_query(base, expr, instant, now))
+                       for board, title, expr, instant in dashboard_queries(args.dashboards)]
+            loads["queries"] = load()
+            if args.latency_alternatives:
+                progress("timing the latency recording alternatives")
+            alternatives = time_alternatives(base) if args.latency_alternatives else []
+            progress("counting the samples each rule group reads")
+            samples = rule_samples(base, rules)
         finally:
             proc.terminate()
             try:
@@ -235,23 +379,47 @@ def main() -> int:
             httpd.shutdown()
     failed = len(errors)
     print(f"servers {args.servers} (every {args.big_every}th dp8 x tp8), two clusters sharing names; "
-          f"head series {head}; rules failing {failed}; target scrapes served {scrapes[0]}")
+          f"head series {head}; targets up {targets_up} of {2 * args.servers}; rules failing {failed}; "
+          f"target scrapes served {scrapes[0]}")
+    print(f"load average (1/5/15 min) at start {loads['start']}, measuring {loads['measuring']}, "
+          f"after the queries {loads['queries']}; {os.cpu_count()} CPUs; {time.monotonic() - started:.0f} s in all")
     for name, error in errors.items():
         print(f"  {name}: {error[:200]}")
-    print(f"\n{'rule group':40} {'median s':>9} {'max s':>8}")
+    medians = {group: statistics.median(values) for group, values in durations.items()}
+    print(f"\n{'rule group':40} {'median s':>9} {'max s':>8} {'samples read':>13}")
     for group, values in sorted(durations.items()):
-        print(f"{group:40} {statistics.median(values):9.3f} {max(values):8.3f}")
-    print(f"\n{'board':16} {'panel / variable':48} {'s':>7}  status")
-    for board, title, took, status in sorted(queries, key=lambda q: -q[2]):
-        print(f"{board:16} {title[:48]:48} {took:7.3f}  {status}")
+        print(f"{group:40} {medians[group]:9.3f} {max(values):8.3f} {samples.get(group, -1):13d}")
+    print(f"\n{'board':18} {'panel / variable (15 slowest)':48} {'s':>7}  status")
+    ranked = sorted(queries, key=lambda q: -q[2])
+    for board, title, took, status in ranked[:15]:
+        print(f"{board:18} {title[:48]:48} {took:7.3f}  {status}")
     bad = [q for q in queries if not q[3].startswith("success")]
-    print(f"\n{len(queries)} dashboard queries, {len(bad)} failed; slowest {max(q[2] for q in queries):.3f} s")
+    print(f"{len(queries)} dashboard queries, {len(bad)} failed; slowest {ranked[0][2]:.3f} s")
+    for board, title, _, status in bad:
+        print(f"  {board} {title}: {status[:200]}")
+    if alternatives:
+        print(f"\n{'latency recording alternative (one histogram)':80} {'s/eval':>7} {'samples':>9} {'written':>8}")
+        for label, took, read, written in alternatives:
+            print(f"{label:80} {took:7.3f} {read:9d} {written:8d}")
+    slow_groups = [g for g, m in medians.items() if m >= args.group_limit]
+    slow_queries = [q for q in queries if q[2] >= args.query_limit]
+    verdict = {
+        f"every rule group's median evaluation < {args.group_limit:g} s": not slow_groups,
+        f"every dashboard query < {args.query_limit:g} s": not slow_queries,
+        "0 failing rules, 0 failing queries": not failed and not bad,
+        "every target scraped": targets_up == 2 * args.servers,
+    }
+    print()
+    for goal, met in verdict.items():
+        print(f"{'PASS' if met else 'FAIL'}  {goal}")
+    print(f"{'PASS' if all(verdict.values()) else 'FAIL'}  at {args.servers} servers (load {loads['measuring']})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"servers": args.servers, "head_series": head, "failures": failed,
-                                         "groups": durations, "queries": queries}, indent=1))
-    return 0
-
+                                         "targets_up": targets_up, "load": loads, "groups": durations,
+                                         "samples": samples, "queries": queries, "alternatives": alternatives,
+                                         "verdict": verdict}, indent=1))
+    return 0 if all(verdict.values()) else 1
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,7 +19,7 @@ from exporter.config import Config
 from exporter.generate import dashboards as gen
 from exporter.generate import stale, write
 from exporter.generate.dashboards import house
-from exporter.generate.rules import latency_record_sources
+from exporter.generate.rules import latency_record_sources, server_rules
 from exporter.generate.settings import RuleSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,6 +201,7 @@ def test_titles_unique(dashboard):
 
 
 SLO_RECORDS = {catalog_slo.ERROR_RATIO_RECORD.format(window=w) for w in catalog_slo.RATE_WINDOWS}
+SERVER_RECORDS = {rule["record"] for rule in server_rules(RuleSettings())}     # of the exporter's own series
 
 
 @pytest.mark.parametrize("panel,target", list(all_targets()))
@@ -236,6 +237,8 @@ def test_query(panel, target):
                 assert label_matchers.get("model_name") == (pp.MatchOp.Re, "__MODEL__"), f"{name}: model variable"
             else:       # (http_responses_total: endpoint, method, status_code only) a filter would match nothing
                 assert "model_name" not in label_matchers, f"{name} has no model_name label"
+        elif name in SERVER_RECORDS:        # per server: they keep the identity labels the variables match
+            continue
         elif name not in SLO_RECORDS:       # the objectives' records (their budget panel averages over 30 d)
             assert name in catalog.METRICS_BY_NAME, f"{name} is not exported by sglang-exporter"
             if name == f"{catalog.NS}_sglang_info":

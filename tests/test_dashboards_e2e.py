@@ -131,6 +131,7 @@ LABEL_VALUES = {
     "source": ["/var/log/sglang/server.log"], "reason": ["unknown_format"], "kind": ["decode_batch"],
     "format": ["0.5.11+"], "model": [MODEL], "version": ["0.1.0"], "python": ["3.11.2"], "worker": ["follow"],
     "family": ["sglang_exporter_queue_requests"], "rank": ["DP0 TP0", "DP1 TP1"],
+    "flag": ["--schedule-conservativeness"], "action": ["increase"], "signals": ["retraction_storm,retractions_frequent"],
 }
 SCRAPE_SOURCE = "http://127.0.0.1:30000/metrics"
 

@@ -148,7 +148,8 @@ def test_deprecated_metrics_still_exported_and_replaced(exposition):
     declared = set(re.findall(r"^# TYPE (\S+) ", text, flags=re.M))
     deprecated = [m for m in METRICS if m.deprecated]
     assert {m.name for m in deprecated} == {"sglang_exporter_retractions_per_minute",
-                                            "sglang_exporter_signal_value", "sglang_exporter_scrape_success"}
+                                            "sglang_exporter_signal_value", "sglang_exporter_scrape_success",
+                                            "sglang_exporter_advice_info"}
     current = {m.name for m in METRICS if not m.deprecated}
     for m in deprecated:
         if m.name != "sglang_exporter_scrape_success":      # the fixture has no --sglang-url
@@ -221,3 +222,44 @@ def test_cause_label_keeps_one_series_per_kind_of_failure():
     assert a == b == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate N GiB. GPU N has N GiB"
     assert cause_label("RuntimeError at 0x7f3a2c " + "x" * 300) .startswith("RuntimeError at N x")
     assert len(cause_label("E" * 300)) == 120
+
+
+def test_advice_values_are_samples_of_one_series_per_flag(tmp_path):
+    """A suggestion that moves changes a sample, not the set of series: advice_action_info carries flag, action
+    and signals only, the values are gauges labelled by flag (a boolean flag 1/0, a name no sample); the
+    deprecated advice_info, values as labels, mints a new series for the same change."""
+    import dataclasses
+
+    from golden_exposition import LOG, Clock, T
+
+    from exporter.config import Config
+    from exporter.sidecar.run import Sidecar
+    from exporter.web.expose import families
+    log = tmp_path / "sglang.log"
+    log.write_text(LOG)
+    sc = Sidecar(Config(profile="offline", log_files=(str(log),), from_start=True), clock=Clock(T))
+    sc.poll_logs_once()
+    view = sc.view()
+    sc.shutdown()
+    advice = view.snapshot.advice
+    assert any(isinstance(r.suggested, float) for r in advice)
+
+    def series(v) -> dict:
+        return {(f.name, frozenset(s.labels.items())): s.value for f in families(v) if "advice" in f.name
+                for s in f.samples}
+
+    def moved(r):
+        return dataclasses.replace(r, suggested=r.suggested * 2) if isinstance(r.suggested, float) else r
+    before = series(view)
+    after = series(dataclasses.replace(view, snapshot=dataclasses.replace(
+        view.snapshot, advice=[moved(r) for r in advice])))
+    for name in ("sglang_exporter_advice_action_info", "sglang_exporter_advice_current_value",
+                 "sglang_exporter_advice_suggested_value"):
+        assert {k for k in before if k[0] == name} == {k for k in after if k[0] == name}, name
+    assert before != after                                  # the moved suggestion is a new sample value
+    old = "sglang_exporter_advice_info"
+    assert {k for k in before if k[0] == old} != {k for k in after if k[0] == old}
+
+    from exporter.web.expose import _number
+    assert (_number(True), _number(False), _number(8), _number("flashinfer"), _number(None),
+            _number(float("nan"))) == (1.0, 0.0, 8.0, None, None, None)

@@ -81,7 +81,17 @@ METRICS: tuple[MetricSpec, ...] = (
                "import_config, killed, health_check, startup_hung, other); always 1.",
                ("signal", "cause_class", "cause")),
     MetricSpec(f"{NS}_advice_info", "gauge", "A reconciled tuning recommendation (always 1).",
-               ("flag", "action", "current", "suggested", "signals")),
+               ("flag", "action", "current", "suggested", "signals"), deprecated=DEPRECATED_IN,
+               replaced_by=f"{NS}_advice_action_info, {NS}_advice_current_value, {NS}_advice_suggested_value "
+                           "(its values as labels made a new series whenever a suggestion moved)"),
+    MetricSpec(f"{NS}_advice_action_info", "gauge", "A reconciled tuning recommendation for a flag: what to do "
+               "(increase, decrease, check, hold, keep) and the signals that ask for it (always 1). Its values "
+               "are in advice_current_value and advice_suggested_value.", ("flag", "action", "signals")),
+    MetricSpec(f"{NS}_advice_current_value", "gauge", "The flag's current value, for a recommendation whose "
+               "current value is a number (a boolean flag: 1 or 0); absent otherwise (a backend name is in "
+               "/api/v1/signals).", ("flag",)),
+    MetricSpec(f"{NS}_advice_suggested_value", "gauge", "The value the recommendation suggests for the flag, "
+               "when it suggests a number (a boolean flag: 1 or 0); absent otherwise.", ("flag",)),
     # raw values the dashboards plot (latest sample per rank)
     MetricSpec(f"{NS}_queue_requests", "gauge", "Requests in the waiting queue (#queue-req).", _RANK),
     MetricSpec(f"{NS}_running_requests", "gauge", "Requests in the running batch (#running-req).", _RANK),

@@ -92,7 +92,8 @@ def _series_budget() -> list[str]:
            + " one series per rank that prints batch lines (one per DP rank: TP/PP ranks of a DP rank print the "
            "same batch), and `sglang_exporter_rank_gpu_headroom_bytes` one per GPU. The rest is one series per "
            "family, or per source, phase, reason or kind. `failure_cause_info` is at most one series per failure "
-           "signal and `advice_info` one per flag with advice.", "",
+           "signal, and `advice_action_info`, `advice_current_value` and `advice_suggested_value` one per flag with "
+           "advice each (a suggestion that moves changes a value, not the series).", "",
            "| layout | series of one sidecar's `/metrics` |", "|---|---|"]
     out += [f"| {layout} | {count} |" for layout, count in MEASURED.items()]
     out += ["", "SGLang's own `/metrics` of the same server (the simulator's families) adds 125 series at tp1 and "

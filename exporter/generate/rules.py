@@ -448,6 +448,12 @@ def latency_groups(settings: RuleSettings) -> list[dict]:
 SEVERITY_RANK = {"info": 1, "warning": 2, "critical": 3}     # the fleet board's "worst firing signal"
 
 
+def firing_record(settings: RuleSettings) -> str:
+    """The record of the signals firing now, one series per server and firing signal (the overview's timeline
+    and the fleet board's attention table read it)."""
+    return f"{server_level(settings)}_signal:{M_FIRING}:max"
+
+
 def server_rules(settings: RuleSettings) -> list[dict]:
     """Small per-server series the fleet board, its variables and the overview read instead of every signal of
     every server: the worst firing severity, how many signals fire, the firing signals alone, and an inventory
@@ -465,7 +471,7 @@ def server_rules(settings: RuleSettings) -> list[dict]:
         {"record": f"{lvl}:{M_FIRING}:max_severity", "expr": f"max by ({join}) (\n{worst}\n)\n"},
         {"record": f"{lvl}:{M_FIRING}:sum", "expr": f"sum by ({join}) ({M_FIRING}{sel(exporter)})"},
         # only what fires: a few series across the fleet where the raw family has one per signal and server
-        {"record": f"{lvl}_signal:{M_FIRING}:max",
+        {"record": firing_record(settings),
          "expr": f"max by ({join}, signal, severity) ({M_FIRING}{sel(exporter)} == 1)"},
         {"record": f"{lvl}:{M_INFO}:max",
          "expr": (f"max by ({join}, model, format, version) (\n  {M_INFO}{sel(exporter)}\n"

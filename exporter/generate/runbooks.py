@@ -292,11 +292,13 @@ def _signal_page(a, settings, native=False) -> str:
         value_metric = catalog.signal_value_metric(s.value_unit)[0]
         lines += ["1. Confirm what the sidecar judged (value in the signal's unit: "
                   f"{catalog.signal_value_unit(s.value_unit)}), and the advice it derived with "
-                  "the flag's current value:", "",
+                  "the flag's current and suggested values:", "",
                   *_promql_block([f"{value_metric}{sel_sig}",
                                   f"sglang_exporter_signal_known{sel_sig}",
-                                  f'sglang_exporter_advice_info{{{settings.exporter_selector}, '
-                                  f'signals=~".*{s.id}.*"}}']),
+                                  f'sglang_exporter_advice_action_info{{{settings.exporter_selector}, '
+                                  f'signals=~".*{s.id}.*"}}',
+                                  f"sglang_exporter_advice_current_value{{{settings.exporter_selector}}}",
+                                  f"sglang_exporter_advice_suggested_value{{{settings.exporter_selector}}}"]),
                   ""]
         extra = [q.replace("{sel}", _exporter_sel(settings)) for q in SIGNAL_QUERIES.get(s.id, [])]
         if extra:

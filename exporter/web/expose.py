@@ -5,6 +5,7 @@ not declare fails at import-time tests, so the two cannot drift.
 """
 from __future__ import annotations
 
+import math
 import platform
 import re
 from collections import Counter
@@ -47,6 +48,16 @@ def cause_label(line: str) -> str:
     is cut at 120 characters, so one kind of failure is one series across servers and incidents instead of a
     new one per traceback. The line as written is in /api/v1/signals, the status page and the report."""
     return _NUMBERS.sub("N", line)[:CAUSE_LABEL_CHARS]
+
+
+def _number(value) -> float | None:
+    """A recommendation's value as a sample: a finite number as it is, a boolean flag as 1/0, else none (a
+    backend name; no value)."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _fmt(value) -> str:
@@ -158,10 +169,25 @@ def families(view: View, errors: Counter | None = None, per_rank_series: bool = 
                 fam.add_metric([sid, j.cause[0], cause_label(j.cause[1])], 1.0)
     build(f"{NS}_failure_cause_info", causes)
 
-    def advice(fam):
+    def advice(fam):     # deprecated: the values as labels, a new series whenever a suggestion moves
         for r in snap.advice:
             fam.add_metric([r.flag, r.action, _fmt(r.current), _fmt(r.suggested), ",".join(r.signals)], 1.0)
     build(f"{NS}_advice_info", advice)
+
+    def advice_action(fam):
+        for r in snap.advice:
+            fam.add_metric([r.flag, r.action, ",".join(r.signals)], 1.0)
+    build(f"{NS}_advice_action_info", advice_action)
+
+    def advice_value(pick):
+        def fill(fam):
+            for r in snap.advice:
+                v = _number(pick(r))
+                if v is not None:
+                    fam.add_metric([r.flag], v)
+        return fill
+    build(f"{NS}_advice_current_value", advice_value(lambda r: r.current))
+    build(f"{NS}_advice_suggested_value", advice_value(lambda r: r.suggested))
 
     for suffix, idx, fold in (("queue_requests", 0, "sum"), ("running_requests", 1, "sum"),
                               ("token_usage_ratio", 2, "max"), ("gen_throughput_tokens_per_second", 3, "sum"),

@@ -12,6 +12,7 @@ from exporter.generate.rules import (
     M_FIRING,
     M_INFO,
     SEVERITY_RANK,
+    firing_record,
     model_labels,
     quantile_record,
     server_level,
@@ -35,7 +36,7 @@ class Records:
         self.settings = settings
         self.worst = f"{lvl}:{M_FIRING}:max_severity"
         self.firing_count = f"{lvl}:{M_FIRING}:sum"
-        self.firing = f"{lvl}_signal:{M_FIRING}:max"
+        self.firing = firing_record(settings)
         self.inventory = f"{lvl}:{M_INFO}:max"
         *self.outer, self.server = settings.identity_labels
         self.join = by(settings.join_labels)

@@ -4,6 +4,8 @@ from __future__ import annotations
 from exporter.catalog import NS, SIGNAL_VALUE_METRICS, SIGNALS, signal_value_unit
 from exporter.generate.dashboards.model import DashboardSpec, Limits, Panel, Target, gib, num, row
 from exporter.generate.dashboards.queries import EXPORTER_SELECTOR, PER_SERVER, exported, rank_max
+from exporter.generate.rules import firing_record
+from exporter.generate.settings import RuleSettings
 
 UID = "sglang-overview"
 TITLE = "SGLang / Overview"
@@ -77,25 +79,22 @@ def _headline_panels(limits: Limits) -> list[Panel]:
     ]
 
 
-def _signal_panels() -> list[Panel]:
+def _signal_panels(settings: RuleSettings) -> list[Panel]:
     per_signal = f"{PER_SERVER}, signal"
     signal_list = "; ".join(f"{signal.id} ({signal.severity})" for signal in SIGNALS)
     return [
         row("Health signals"),
-        Panel("Signals", "state-timeline", "none", width=24, height=10,
-              shows="Every health signal of the catalog per server over time: ok, firing, or unknown (not "
-                    "enough data to judge; 'not exported by this release' when the only source, SGLang's "
-                    f"/metrics, lacks its inputs). Signals: {signal_list}.",
-              good="all ok (green); unknown is normal right after start-up and for signals the profile turns "
-                   "off.",
-              bad="a firing (red) row: open its runbook (docs/runbooks) and follow the advice table below.",
-              targets=[Target(f"max by ({per_signal}) ({exported(f'{NS}_signal_firing')})\nor\n"
-                              f"max by ({per_signal}) ({exported(f'{NS}_signal_unsupported')} == 1) * 0 - 2\nor\n"
-                              f"max by ({per_signal}) ({exported(f'{NS}_signal_known')}) * 0 - 1",
+        Panel("Firing signals", "state-timeline", "none", width=24, height=10,
+              shows="The health signals firing per server over time, one row per server and firing signal (read "
+                    "from the `sglang-exporter.servers` record of firing signals: a signal that does not fire draws "
+                    "no row, so the panel stays small at 1,000 servers). Every signal's state, value and time in "
+                    f"state: the Signal details table below and the status page. Signals: {signal_list}.",
+              good="empty: nothing fires.",
+              bad="a red row: open its runbook (docs/runbooks) and follow the advice table below.",
+              targets=[Target(f"max by ({per_signal}) ({firing_record(settings)}{{{EXPORTER_SELECTOR}}})",
                               "{{instance}} {{signal}}")],
-              mappings=[(-2, "not exported by this release", "purple"), (-1, "unknown", "text"),
-                        (0, "ok", "green"), (1, "firing", "red")],
-              steps=[(None, "green")]),
+              mappings=[(1, "firing", "red")],
+              steps=[(None, "red")]),
         Panel("Failure causes", "table", "none", width=24, height=5,
               shows="Why a failure signal fires (server_crashed, startup_oom, startup_stalled): the last exception "
                     "line of the traceback and its class.",
@@ -110,13 +109,21 @@ def _signal_panels() -> list[Panel]:
                     "the signals that ask for it.",
               good="empty: nothing to tune.",
               bad="apply the suggestion (one flag at a time), restart SGLang, and watch the signal clear.",
-              targets=[Target(f"max by ({PER_SERVER}, flag, action, current, suggested, signals) "
-                              f"({exported(f'{NS}_advice_info')})", table=True)],
-              organize=_table_columns("flag", "action", "current", "suggested", "signals")),
+              targets=[Target(f"max by ({PER_SERVER}, flag, action, signals) "
+                              f"({exported(f'{NS}_advice_action_info')})", table=True),
+                       Target(f"max by ({PER_SERVER}, flag) ({exported(f'{NS}_advice_current_value')})", table=True),
+                       Target(f"max by ({PER_SERVER}, flag) ({exported(f'{NS}_advice_suggested_value')})",
+                              table=True)],
+              organize={"exclude": ["Time", "Value #A"],
+                        "rename": {"instance": "Instance", "namespace": "Namespace", "flag": "Flag",
+                                   "action": "Action", "signals": "Signals", "Value #B": "Current",
+                                   "Value #C": "Suggested"}}),
         Panel("Signal details", "table", "short", width=16, height=8,
               shows="Per signal: firing or not, the value it judges (unit per signal: "
                     + "; ".join(f"{signal.id} {signal_value_unit(signal.value_unit)}" for signal in SIGNALS)
-                    + ") and how long it has been in its current state.",
+                    + "), how long it has been in its current state, whether it has the data to be judged "
+                      "(Known 0: unknown, normal right after start-up and for signals the profile turns off) and "
+                      "whether its only source, SGLang's /metrics, lacks its inputs in this release.",
               good="firing 0 everywhere; long durations in the ok state.",
               bad="a signal that flips state every few minutes sits on its threshold: tune the threshold in "
                   "the exporter config or fix the cause.",
@@ -124,11 +131,14 @@ def _signal_panels() -> list[Panel]:
                        Target(" or ".join(f"max by ({per_signal}) ({exported(name)})"
                                           for name, _ in SIGNAL_VALUE_METRICS.values()), table=True),
                        Target(f"max by ({per_signal}) ({exported(f'{NS}_signal_state_duration_seconds')})",
-                              table=True)],
+                              table=True),
+                       Target(f"max by ({per_signal}) ({exported(f'{NS}_signal_known')})", table=True),
+                       Target(f"max by ({per_signal}) ({exported(f'{NS}_signal_unsupported')})", table=True)],
               organize={"exclude": ["Time"],
                         "rename": {"instance": "Instance", "namespace": "Namespace", "signal": "Signal",
                                    "Value #A": "Firing", "Value #B": "Value",
-                                   "Value #C": "In state for"}},
+                                   "Value #C": "In state for", "Value #D": "Known",
+                                   "Value #E": "Not exported by this release"}},
               overrides=[{"matcher": {"id": "byName", "options": "In state for"},
                           "properties": [{"id": "unit", "value": "s"}]}]),
         Panel("Servers", "table", "none", width=8, height=8,
@@ -143,4 +153,5 @@ def _signal_panels() -> list[Panel]:
 
 
 def overview(limits: Limits) -> DashboardSpec:
-    return DashboardSpec(UID, TITLE, DESCRIPTION, _headline_panels(limits) + _signal_panels())
+    settings = RuleSettings(limits.config)
+    return DashboardSpec(UID, TITLE, DESCRIPTION, _headline_panels(limits) + _signal_panels(settings))
