@@ -32,7 +32,7 @@ READERS = {
                                 "for _ in read(LOG): pass",
     "parse (JSON Lines)": "import os, sys\nsys.stdout = open(os.devnull, 'w')\n"
                           "from exporter.cli import main\nmain(['parse', LOG])",
-    "analyze (JSON)": "from exporter.analyze import analyze\nfrom exporter.config import Config\n"
+    "analyze (JSON)": "from exporter.report.analyze import analyze\nfrom exporter.config import Config\n"
                       "analyze([LOG], Config(), progress=False)",
 }
 

@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass
 
 from exporter.catalog import SIGNALS, SIGNALS_BY_ID
-from exporter.catalog_native import METRICS_ONLY, missing_metrics
-from exporter.failures import STAGE_TEXT
-from exporter.signals_errors import ERROR_JUDGES
-from exporter.signals_serving import SERVING_JUDGES
-from exporter.signals_tuning import STARTUP_NOT_SEEN, TUNING_JUDGES
+from exporter.catalog.native import METRICS_ONLY, missing_metrics
+from exporter.state.failures import STAGE_TEXT
+from exporter.signals.errors import ERROR_JUDGES
+from exporter.signals.serving import SERVING_JUDGES
+from exporter.signals.tuning import STARTUP_NOT_SEEN, TUNING_JUDGES
 from exporter.state import ServerState
 
 

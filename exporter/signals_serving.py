@@ -3,7 +3,7 @@ wait, PD transfer failures, HiCache dropped tokens with the hit rate per tier, D
 start-up regressions. They read state.serving (ServingFeed) and the latency histograms the scraper keeps."""
 from __future__ import annotations
 
-from exporter.signals_tuning import quantile
+from exporter.signals.tuning import quantile
 
 _NOT_SCRAPED = "read from SGLang's /metrics; it is not being scraped"
 

@@ -8,12 +8,12 @@ from datetime import datetime
 
 import pytest
 
-from exporter.advice import reconcile
+from exporter.signals.advice import reconcile
 from exporter.catalog import PROFILES, SIGNALS_BY_ID
 from exporter.config import Config
 from exporter.engine import Engine
 from exporter.ingest.pipeline import iter_file_events
-from exporter.signals import _JUDGES, Evaluator, Judgement, Sources, evaluate, observed_window
+from exporter.signals.judgement import _JUDGES, Evaluator, Judgement, Sources, evaluate, observed_window
 from exporter.simulate import Simulator, load_scenario
 from exporter.state import ServerState
 

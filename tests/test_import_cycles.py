@@ -84,7 +84,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 # Circles known and not yet broken, each an import that is left out of the graph. Only ever shrinks.
 # cli -> healthcheck (`cmd_healthcheck`) and healthcheck -> cli (`run` reads serve's flags through cli's parser):
 # both inside functions; the layout step of issue 35 (its own branch) regroups these modules.
-KNOWN = {("exporter.healthcheck", "exporter.cli")}
+KNOWN = {("exporter.cli.healthcheck", "exporter.cli")}
 
 
 def test_no_module_imports_one_that_imports_it_back():
