@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate a realistic SGLang 0.5.x server log for benchmarks.
 
-    python bench/genlog.py N OUT [--seed S] [--tp 4] [--start "2025-08-11 17:10:00"]
+    python bench/genlog.py N OUT [--seed S] [--tp 4] [--start "2025-08-11 17:10:00"] [--profile realistic]
 
 Writes exactly N lines to OUT ("-" for stdout). Deterministic for a given seed and arguments.
 
@@ -18,6 +18,12 @@ prints its batch lines, --log-requests on, see /work/shared/reference/sglang-for
 * two crashes (around 35 % and 70 % of the file): a "Scheduler hit an exception: Traceback ..." with a CUDA OOM,
   and a KV-pool "Decode out of memory. Try to lower your batch size." error followed by a traceback; each is
   followed by the parent's SIGQUIT line, a restart gap and a new start-up block.
+
+`--profile realistic` (the kind of log the held-out measurement reads, see bench/README.md): ranks tagged
+"DP0 TP0" .. "DP1 TP3" (DP attention), about 40 % more requests (so more request-log and access lines, half of
+them to /v1/chat/completions), 1 % of requests failing with "Error in request: ..." and its traceback (raw
+lines) and a 400 access line, and now and then a "LONG GARBAGE COLLECTION DETECTED" warning or a library's
+UserWarning (two raw lines). The default profile ("bench") writes the same bytes as before it existed.
 
 Fast: about 1M lines in a few seconds (lines are built with f-strings, timestamps are cached per second).
 The helpers `decode_line`, `stamp` are reused by sidecar_bench.py.
@@ -99,11 +105,15 @@ def _server_args(tp: int, port: int, seed: int) -> str:
 class _Gen:
     """The simulation; `lines` is appended to, `t` is simulated epoch seconds."""
 
-    def __init__(self, rng: random.Random, t0: float, tp: int):
+    def __init__(self, rng: random.Random, t0: float, tp: int, profile: str = "bench"):
         self.rng = rng
         self.t = t0
         self.tp = tp
-        self.ranks = [f" TP{r}" for r in range(tp)] if tp > 1 else [""]
+        self.realistic = profile == "realistic"
+        if self.realistic:      # DP attention over 2 groups: "DP0 TP0", "DP0 TP1", "DP1 TP2", ...
+            self.ranks = [f" DP{r * 2 // tp} TP{r}" for r in range(tp)] if tp > 1 else [""]
+        else:
+            self.ranks = [f" TP{r}" for r in range(tp)] if tp > 1 else [""]
         self.lines: list[str] = []
         self._sec = -1
         self._ts = ""
@@ -199,7 +209,7 @@ class _Gen:
     def crash(self, kind: int) -> None:
         rng, L = self.rng, self.lines
         r = self.ranks[rng.randrange(len(self.ranks))]
-        gpu = int(r[3:]) if r else 0
+        gpu = int(r.rsplit("TP", 1)[1]) if r else 0
         if kind == 1:
             L.append(f"[{self.ts()}{r}] Decode out of memory. Try to lower your batch size.")
             L.append("Try to allocate 256 tokens.")
@@ -266,7 +276,7 @@ class _Gen:
         self.load_phase += dt * 0.002
         load = 0.65 + 0.45 * math.sin(self.load_phase) + 0.15 * math.sin(self.load_phase * 7.3)
         # arrivals: Receive lines + a prefill batch on every rank
-        lam = max(0.05, load) * 0.45
+        lam = max(0.05, load) * (0.62 if self.realistic else 0.45)
         n_new = 0
         while rng.random() < lam and n_new < 8:
             n_new += 1
@@ -319,13 +329,18 @@ class _Gen:
                 if item[0] <= self.t:
                     fin, rid, pidx, max_new, out_tok = item
                     in_tok = 40 + rng.randrange(1900)
+                    if self.realistic and rng.random() < 0.01:
+                        self.request_error(rid)
+                        continue
                     self.request_lines(rid, pidx, max_new, (in_tok, out_tok, rng.randrange(in_tok),
                                                             fin - self.t + out_tok / 45.0))
-                    self.access("POST", "/generate")
+                    self.access("POST", "/v1/chat/completions" if self.realistic and pidx % 2 else "/generate")
                 else:
                     keep.append(item)
             self.inflight = keep
             self.inflight.sort()
+        if self.realistic and rng.random() < 0.002:
+            self.warning()
         if self.t >= self.next_metrics:
             self.next_metrics += 15.0
             self.access("GET", "/metrics")
@@ -333,15 +348,45 @@ class _Gen:
             self.next_health += 10.0
             self.access("GET", "/health")
 
+    def request_error(self, rid: str) -> None:
+        """A request that failed while the server kept serving: SGLang's "Error in request" with its traceback
+        (raw lines), then uvicorn's 500 (realistic profile)."""
+        L = self.lines
+        L.append(f"[{self.ts()}] Error in request: 'Requested token count exceeds the model's maximum context "
+                 f"length of 131072 tokens. You requested a total of 131{self.rng.randrange(100, 999)} tokens'")
+        L.append("Traceback (most recent call last):")
+        L.append(f'  File "{SITE}/sglang/srt/entrypoints/openai/serving_base.py", line 108, in handle_request')
+        L.append("    adapted_request, processed_request = self._convert_to_internal_request(request, raw_request)")
+        L.append(f'  File "{SITE}/sglang/srt/managers/tokenizer_manager.py", line 641, in _validate_one_request')
+        L.append("    raise ValueError(")
+        L.append("ValueError: Requested token count exceeds the model's maximum context length of 131072 tokens.")
+        self.access("POST", "/v1/chat/completions", "400 Bad Request")
+        self.lines.append(f"[{self.ts()}] Finish: obj=GenerateReqInput(rid='{rid}', ...), out={{'meta_info': "
+                          f"{{'id': '{rid}', 'finish_reason': {{'type': 'abort', 'message': 'context length'}}}}}}")
+
+    def warning(self) -> None:
+        """Warnings a busy server prints now and then (realistic profile)."""
+        r = self.ranks[self.rng.randrange(len(self.ranks))]
+        if self.rng.random() < 0.5:
+            self.lines.append(
+                f"[{self.ts()}{r}] LONG GARBAGE COLLECTION DETECTED | Generation 2 | Duration: "
+                f"{0.2 + self.rng.random():.4f}s | # Objects: gen0=312, gen1=45, gen2=1290344 | This may cause "
+                "latency jitter. Consider calling the freeze_gc API after sending a few warmup requests.")
+        else:
+            self.lines.append(f"{SITE}/torch/distributed/distributed_c10d.py:4631: UserWarning: No device id is "
+                              "provided via `init_process_group` or `barrier `. Using the current device set by "
+                              "the user.")
+            self.lines.append("  warnings.warn(  # warn only once")
+
     def usage(self) -> float:
         return min(0.99, self.running * self.ctx / MAX_TOTAL_TOKENS * 2.2)
 
 
-def generate(n: int, seed: int = 1, tp: int = 4, start: str = "2025-08-11 17:10:00"):
+def generate(n: int, seed: int = 1, tp: int = 4, start: str = "2025-08-11 17:10:00", profile: str = "bench"):
     """Yield chunks (lists of str without newline) totalling exactly n lines."""
     rng = random.Random(seed)
     t0 = datetime.strptime(start, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-    g = _Gen(rng, t0, tp)
+    g = _Gen(rng, t0, tp, profile)
     crash_at = [int(n * 0.35), int(n * 0.70)]
     emitted = 0
     g.startup(seed)
@@ -372,12 +417,13 @@ def custom_layout(text: str) -> str:
 
 
 def write(n: int, out: str, seed: int = 1, tp: int = 4, start: str = "2025-08-11 17:10:00",
-          layout: str = "sglang") -> int:
-    """Write the log (`layout` "custom": with custom_layout's prefix); returns the number of bytes written."""
+          layout: str = "sglang", profile: str = "bench") -> int:
+    """Write the log (`layout` "custom": with custom_layout's prefix; `profile` "realistic": see the module's
+    docstring); returns the number of bytes written."""
     size = 0
     fh = sys.stdout if out == "-" else open(out, "w", encoding="utf-8", newline="\n")
     try:
-        for chunk in generate(n, seed, tp, start):
+        for chunk in generate(n, seed, tp, start, profile):
             if chunk and layout == "custom":
                 chunk = custom_layout("\n".join(chunk)).split("\n")
             if chunk:
@@ -399,9 +445,12 @@ def main(argv=None) -> int:
     ap.add_argument("--start", default="2025-08-11 17:10:00", help="first timestamp (UTC)")
     ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang",
                     help="custom: a custom logging config's prefix instead of SGLang's own")
+    ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
+                    help="realistic: DP x TP rank tags, more request logs, handled request errors with "
+                         "tracebacks, warnings (the held-out measurement's kind of log)")
     a = ap.parse_args(argv)
     t = time.perf_counter()
-    size = write(a.n, a.out, a.seed, a.tp, a.start, a.layout)
+    size = write(a.n, a.out, a.seed, a.tp, a.start, a.layout, a.profile)
     if a.out != "-":
         print(f"wrote {a.n} lines, {size / 1e6:.1f} MB to {a.out} in {time.perf_counter() - t:.2f} s",
               file=sys.stderr)

@@ -2,7 +2,7 @@
 """Instructions per log line of the exporter's bulk readers, counted by valgrind (callgrind).
 
     python bench/instructions.py [--lines 30000] [--seed 1] [--root DIR] [--layout sglang|custom]
-                                 [--readers parser,analyze]
+                                 [--readers parser,analyze] [--profile bench|realistic]
 
 Wall-clock figures on a shared VM move by 20-50 % from run to run; instruction counts do not (the same input
 gives the same count to a few parts in a thousand), so this is the figure to compare two commits with
@@ -62,6 +62,8 @@ def main(argv=None) -> int:
                     help="only the readers whose names hold one of these words (comma-separated)")
     ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang",
                     help="custom: the generated log behind a custom logging config's prefix (genlog.py --layout)")
+    ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
+                    help="realistic: the held-out measurement's kind of log (genlog.py --profile)")
     a = ap.parse_args(argv)
     if not shutil.which("valgrind"):
         print("valgrind not installed (apt-get install -y valgrind)", file=sys.stderr)
@@ -72,10 +74,11 @@ def main(argv=None) -> int:
     import genlog
     with tempfile.TemporaryDirectory(prefix="instructions-") as tmp:
         big, small = Path(tmp) / "big.log", Path(tmp) / "small.log"
-        genlog.write(a.lines, str(big), seed=a.seed, layout=a.layout)
+        genlog.write(a.lines, str(big), seed=a.seed, layout=a.layout, profile=a.profile)
         with open(big, encoding="utf-8") as src, open(small, "w", encoding="utf-8") as dst:
             dst.writelines(line for _, line in zip(range(SMALL), src))
-        print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}")
+        print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, "
+              f"profile {a.profile}")
         print("| reader | instructions per line |")
         print("|---|---|")
         wanted = [w for w in a.readers.split(",") if w]

@@ -195,6 +195,12 @@ def main(argv=None) -> int:
     ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang",
                     help="custom: the generated log behind a custom logging config's prefix (genlog.py --layout), "
                          "mtail running sglang_custom.mtail (the same program for that prefix)")
+    ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
+                    help="realistic: the held-out measurement's kind of log (genlog.py --profile realistic) "
+                         "against sglang_full.mtail, the program that reads every batch field, time, rank, "
+                         "retractions and OOMs")
+    ap.add_argument("--program", help="the mtail program (default: by --profile and --layout)")
+    ap.add_argument("--skip", default="", help="comma-separated contestants to leave out: parse, inproc")
     a = ap.parse_args(argv)
 
     env = dict(os.environ)
@@ -213,11 +219,11 @@ def main(argv=None) -> int:
         else:
             if a.keep:
                 (BENCH / "out").mkdir(exist_ok=True)
-                log = BENCH / "out" / f"sglang_{a.lines}_s{a.seed}_{a.layout}.log"
+                log = BENCH / "out" / f"sglang_{a.lines}_s{a.seed}_{a.layout}_{a.profile}.log"
             else:
-                log = Path(tmp) / f"sglang_{a.lines}_s{a.seed}_{a.layout}.log"
+                log = Path(tmp) / f"sglang_{a.lines}_s{a.seed}_{a.layout}_{a.profile}.log"
             t = time.perf_counter()
-            genlog.write(a.lines, str(log), seed=a.seed, layout=a.layout)
+            genlog.write(a.lines, str(log), seed=a.seed, layout=a.layout, profile=a.profile)
             print(f"generated {log} ({a.lines} lines) in {time.perf_counter() - t:.2f} s", file=sys.stderr)
         size = log.stat().st_size
         with open(log, "rb") as fh:  # warm the page cache, count lines
@@ -249,7 +255,12 @@ def _run(a, env, tmp, log, size, nlines) -> int:
         results.append(r)
 
     # mtail
-    prog = BENCH / ("sglang.mtail" if a.layout == "sglang" else "sglang_custom.mtail")
+    if a.program:
+        prog = Path(a.program)
+    elif a.profile == "realistic":
+        prog = BENCH / "sglang_full.mtail"
+    else:
+        prog = BENCH / ("sglang.mtail" if a.layout == "sglang" else "sglang_custom.mtail")
     if not shutil.which("mtail"):
         r = Result("mtail", "mtail", note="mtail not installed (apt-get install mtail)")
         r.skipped = True
@@ -270,7 +281,10 @@ def _run(a, env, tmp, log, size, nlines) -> int:
     base = [a.python, "-m", "exporter"]
     ours = [("exporter parse (JSON Lines)", "parse", base + ["parse", str(log)]),
             ("exporter analyze --format json", "analyze", base + ["analyze", str(log), "--format", "json"])]
+    skip = set(filter(None, a.skip.split(",")))
     for name, sub, argv in ours:
+        if sub in skip:
+            continue
         ok, why = probe(base + [sub, "--help"], env)
         if not ok:
             r = Result(name, " ".join(argv), note=f"skipped: `python -m exporter {sub} --help` failed: {why}")
@@ -284,6 +298,9 @@ def _run(a, env, tmp, log, size, nlines) -> int:
     script = os.path.join(tmp, "inproc.py")
     Path(script).write_text(INPROC)
     ok, why = probe([a.python, "-c", "from exporter.ingest.pipeline import iter_file_items"], env)
+    if "inproc" in skip:
+        _print_table(results, nlines, size)
+        return 1 if any(r.broken for r in results) else 0
     if not ok:
         r = Result(name, "iter_file_items(FILE)", note=f"skipped: import failed: {why}")
         r.skipped = True

@@ -76,3 +76,47 @@ def test_mtail_program_extracts_the_decode_gauges(tmp_path):
     assert 'sglang_queue_requests{prog="sglang.mtail",rank="TP1"} 7' in out
     assert 'sglang_running_requests{prog="sglang.mtail",rank="TP1"} 5' in out
     assert 'sglang_retracted_requests{prog="sglang.mtail",rank="TP1"} 2' in out
+
+
+def test_genlog_realistic_profile_adds_what_servers_write_beside_batch_lines():
+    lines = [ln for chunk in genlog.generate(20000, seed=1, profile="realistic") for ln in chunk]
+    text = "\n".join(lines)
+    assert len(lines) == 20000
+    for needle in (" DP0 TP0] Decode batch, ", " DP1 TP3] Decode batch, ", "] Error in request: ",
+                   "Traceback (most recent call last):", '"POST /v1/chat/completions HTTP/1.1" 400 Bad Request',
+                   "LONG GARBAGE COLLECTION DETECTED", "UserWarning", "] Receive: obj=", "] Finish: obj="):
+        assert needle in text, needle
+    requests = sum("] Receive: obj=" in ln for ln in lines)
+    bench = sum("] Receive: obj=" in ln for chunk in genlog.generate(20000, seed=1) for ln in chunk)
+    assert requests > bench * 1.2, "more request logs than the bench profile"
+
+
+def test_full_mtail_program_reads_every_batch_field_rank_retractions_and_ooms(tmp_path):
+    mtail = require_tool("mtail")
+    log = tmp_path / "full.log"
+    log.write_text(
+        genlog.decode_line("2025-08-11 17:17:03", " DP1 TP3", 5, 26740, 0.21, 1834.27, 7) + "\n"
+        "[2025-08-11 17:17:03 DP1 TP3] Prefill batch, #new-seq: 3, #new-token: 4012, #cached-token: 1280, "
+        "token usage: 0.22, #running-req: 6, #queue-req: 8, input throughput (token/s): 15342.77, cuda graph: False\n"
+        "[2025-08-11 17:17:04 DP1 TP3] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+        "#new_tokens_gained: 2048, #new_token_ratio: 0.9998 -> 1.0000\n"
+        "[2025-08-11 17:17:05 TP0] Decode out of memory. Try to lower your batch size.\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB.\n")
+    p = subprocess.run([mtail, "--one_shot", "--one_shot_format", "prometheus", "--progs",
+                        str(BENCH / "sglang_full.mtail"), "--logs", str(log), "--logtostderr",
+                        "--address", "127.0.0.1", "--port", str(free_port())],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    got = {ln.rsplit(" ", 1)[0]: ln.rsplit(" ", 1)[1] for ln in p.stdout.splitlines() if not ln.startswith("#")}
+    rank = '{prog="sglang_full.mtail",rank="DP1 TP3"}'
+    expected = {"sglang_tokens": "26740", "sglang_gen_throughput": "1834.27", "sglang_decode_cuda_graph": "1",
+                "sglang_prefill_new_seqs": "3", "sglang_prefill_new_tokens": "4012",
+                "sglang_prefill_cached_tokens": "1280", "sglang_input_throughput": "15342.77",
+                "sglang_prefill_cuda_graph": "0", "sglang_token_usage": "0.22", "sglang_running_requests": "6",
+                "sglang_queue_requests": "8", "sglang_retracted_requests": "2",
+                "sglang_retraction_tokens_gained": "2048", "sglang_new_token_ratio": "1",
+                "sglang_decode_batch_lines": "1", "sglang_prefill_batch_lines": "1"}
+    for name, value in expected.items():
+        assert got.get(name + rank) == value, (name, got.get(name + rank))
+    assert got.get('sglang_kv_pool_ooms{phase="Decode",prog="sglang_full.mtail"}') == "1"
+    assert got.get('sglang_cuda_ooms{prog="sglang_full.mtail"}') == "1"

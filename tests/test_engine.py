@@ -13,7 +13,7 @@ from exporter.config import Config
 from exporter.engine import Engine
 from exporter.ingest.pipeline import iter_file_events
 from exporter.signals.advice import reconcile
-from exporter.signals.judgement import _JUDGES, Judgement, Sources, _judgement, evaluate, observed_window
+from exporter.signals.judgement import _JUDGES, Evaluator, Judgement, Sources, evaluate, observed_window
 from exporter.simulate import Simulator, load_scenario
 from exporter.state import ServerState
 
@@ -130,16 +130,18 @@ def test_expire_drops_what_every_window_drops():
     assert not state.retractions.items and not state.samples.starts
 
 
-def test_a_judgement_formats_its_detail_when_read():
-    """A judge's (template, *args) detail is formatted on the first read, into what Judgement(...) holds."""
-    lazy = _judgement("stalled", "critical", True, 3.0, ("no progress for {:.0f} s", 3.0), None, False)
-    assert lazy.__dict__["detail"] == ("no progress for {:.0f} s", 3.0)       # not formatted yet
-    eager = Judgement("stalled", "critical", True, 3.0, "no progress for 3 s")
-    assert lazy == eager and hash(lazy) == hash(eager) and repr(lazy) == repr(eager)
-    assert lazy.detail == "no progress for 3 s" and lazy.__dict__["detail"] == "no progress for 3 s"
+def test_a_judges_template_detail_is_formatted_into_its_judgement():
+    """A judge's (template, *args) detail is compared as said and formatted when its Judgement is built."""
+    evaluator = Evaluator(Config().signal_params())
+    out: dict = {}
+    changed: list = []
+    said = (True, 3.0, ("no progress for {:.0f} s", 3.0))
+    evaluator._take("stalled", "critical", said, [None, None], out, changed)
+    assert out["stalled"] == Judgement("stalled", "critical", True, 3.0, "no progress for 3 s")
+    assert out["stalled"].detail == "no progress for 3 s" and changed == ["stalled"]
     assert Judgement("stalled", "critical", None, None).detail == ""
     with pytest.raises(dataclasses.FrozenInstanceError):
-        eager.detail = "changed"  # type: ignore[misc]
+        out["stalled"].detail = "changed"  # type: ignore[misc]
 
 
 def test_a_hit_series_counts_are_its_total_and_hits():

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Iterator
 
 from exporter.ingest.containers import ContainerDecoder
 from exporter.ingest.events import Event, as_event
-from exporter.ingest.follower import Block, read_blocks
 from exporter.ingest.grammar import SGLANG_LAYOUT, Parser
+from exporter.ingest.lines import Block, read_blocks  # (not via follower.py: `analyze` and `parse` follow no file)
 
 
 class SourceParser:

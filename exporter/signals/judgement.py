@@ -8,7 +8,7 @@ SIGNAL_METRICS) is unknown with that reason, and its Judgement says `unsupported
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from exporter.catalog import SIGNALS, SIGNALS_BY_ID
 from exporter.catalog.native import METRICS_ONLY, missing_metrics
@@ -26,51 +26,18 @@ class Sources:
     metrics_up: bool = False
 
 
-class _Detail:
-    """Judgement.detail, formatted when first read. A judge's detail is a string or a (template, *args) tuple;
-    formatting it cost an evaluation as much as building its Judgement, and some Judgements are built anew
-    at every evaluation (a window's counts move) while their text is read only when someone shows it (the
-    API, a report). A Judgement keeps what its judge said and formats it once, on the first read. (A
-    descriptor-typed dataclass field: the dataclass's __init__, __eq__ and __repr__ go through it.)"""
-
-    def __get__(self, j, owner=None) -> str:
-        if j is None:
-            return ""                # the field's default
-        d = j.__dict__["detail"]
-        if d.__class__ is not str:
-            d = j.__dict__["detail"] = d[0].format(*d[1:])
-        return d
-
-    def __set__(self, j, value) -> None:
-        j.__dict__["detail"] = value
-
-
 @dataclass(frozen=True)
 class Judgement:
     id: str
     severity: str
     firing: bool | None      # None: cannot be judged now
     value: float | None
-    detail: str = _Detail()  # type: ignore[assignment]  # a str on every read (see _Detail)
+    detail: str = ""
     cause: tuple | None = None     # a firing failure signal's (cause class, cause line)
     unsupported: bool = False      # unknown because the only live source cannot feed it (the release's
                                    # /metrics lacks its inputs, or it is read from logs only)
 
 
-def _judgement(sid: str, severity: str, firing, value, detail, cause, unsupported: bool) -> Judgement:
-    """Judgement(...), equal in every way, without the frozen dataclass's __init__: it sets each field with
-    object.__setattr__, which costs four times filling the instance's dict, and a few Judgements are built
-    at every evaluation (a window's counts move). `detail` may be a judge's (template, *args)."""
-    j = _new(Judgement)
-    d = j.__dict__
-    d["id"], d["severity"], d["firing"], d["value"] = sid, severity, firing, value
-    d["detail"], d["cause"], d["unsupported"] = detail, cause, unsupported
-    return j
-
-
-_new = object.__new__
-assert [f.name for f in fields(Judgement)] == ["id", "severity", "firing", "value", "detail", "cause",
-                                               "unsupported"], "_judgement sets every field of Judgement"
 # said by the sidecar and by analyze alike: name what reads /metrics, not a flag the command at hand lacks
 _NO_METRICS = (None, None, "read from SGLang's /metrics only, and none is read here (a log replay has none; "
                "the sidecar scrapes it when given SGLang's URL)", None, True)
@@ -83,9 +50,8 @@ def evaluate(state: ServerState, params: dict, sources: Sources, now: float) -> 
 class Evaluator:
     """evaluate() for one set of thresholds, as the engine calls it every few seconds.
 
-    Judges say (firing, value, detail); a detail is a string or, to be formatted only when needed, a tuple
-    (template, *args) of numbers and strings (a Judgement formats it when first read, maybe much later: an
-    argument must not be something the state changes in place). Each signal's last judgement is kept: when
+    Judges say (firing, value, detail); a detail is a string or a tuple (template, *args) of numbers and
+    strings, compared as it is and formatted only when the judgement is new. Each signal's last judgement is kept: when
     its judge says the same again, that Judgement object is returned again. The answer is equal either way
     (judges give values as floats or None, so == is exact); an unchanged judgement is just not rebuilt, and
     `changed` (the signals whose judgement was built anew by the last call) lets the engine skip the others
@@ -140,8 +106,10 @@ class Evaluator:
         if seen[1] is None or bool(seen[1].firing) != bool(firing):
             self.firing = None
         seen[0] = said
-        seen[1] = out[sid] = _judgement(sid, severity, firing, value, detail, said[3] if len(said) > 3 else None,
-                                        len(said) > 4 and said[4])
+        if detail.__class__ is not str:     # a judge's (template, *args): formatted only when the judgement is new
+            detail = detail[0].format(*detail[1:])
+        seen[1] = out[sid] = Judgement(sid, severity, firing, value, detail, said[3] if len(said) > 3 else None,
+                                       len(said) > 4 and said[4])
         changed.append(sid)
 
     def _plan_for(self, gate: bool, logs_only: bool) -> tuple:

@@ -3,8 +3,6 @@ wait, PD transfer failures, HiCache dropped tokens with the hit rate per tier, D
 start-up regressions. They read state.serving (ServingFeed) and the latency histograms the scraper keeps."""
 from __future__ import annotations
 
-from statistics import median
-
 from exporter.signals.tuning import quantile
 
 _NOT_SCRAPED = "read from SGLang's /metrics; it is not being scraped"
@@ -191,6 +189,14 @@ def _median_ratio(state, now: float, window: float) -> tuple[float | None, float
     return quantile(0.5, delta), steps
 
 
+def _median(values: list) -> float:
+    """statistics.median of a non-empty list (the mean of the two middle values for an even count), without
+    importing statistics, which imports fractions, decimal and random for it at every start-up."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 _WHAT = {"startup": "start-up", "weight_load": "weight loading", "weight_update": "weight update"}
 
 
@@ -208,7 +214,7 @@ def _startup_regression(state, p, sources, now, window):
             continue
         t_end, latest = items[-1]
         before = [s for _, s in list(items)[-1 - int(p["history"]):-1]]
-        baseline = median(before)
+        baseline = _median(before)
         ratio = latest / baseline if baseline > 0 else float("inf") if latest > 0 else 1.0
         recent = now - t_end <= window
         regressed = recent and latest >= p["factor"] * baseline and latest - baseline >= p["min_seconds"]

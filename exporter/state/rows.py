@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from exporter.ingest.events import as_event
 from exporter.state.errors import RequestOutcomes
 from exporter.state.parts import StatePart
 from exporter.state.ranks import MAX_RANKS, OTHER_RANK, RankValues, rank_label
@@ -177,11 +176,11 @@ class BatchRows(StatePart):
         return slot
 
     def _access_row(self, row: tuple, now: float) -> None:
-        """An access line read as a Row: a POST's Event is built (the few inference responses), others only
+        """An access line read as a Row: a POST's method and status are read (inference responses), others only
         counted (health checks and scrapes are GETs)."""
         if '"POST ' in row[1]:
-            f = as_event(row).fields
-            self.outcomes.access(f.get("method", ""), f.get("status", 0), now)
+            f = row[0].fields(row[1])       # its layout's fields: what its Event would hold
+            self.outcomes.access(f["method"], f["status"], now)
 
     def _forget_row_slots(self) -> None:
         """Every slot is learned again from the next Row on (the leaders or the rank table changed)."""

@@ -8,8 +8,9 @@ when the next record starts or on flush().
 
 The package's modules, by job: patterns (prefixes, message anchors, printed keys, request-log markers), values
 (printed values to fields), messages (messages to Events), shapes (learned batch-line shapes), layouts (skeleton
-layouts: rows), prefixes (custom prefix layouts), parser (one source's parser) with its mixins anchored (records
-found by message) and block (the block path). This module names what callers use.
+layouts: rows), prefixes (custom prefix layouts), parser (one source's parser) with its helpers anchored (records
+found by message) and block (the block path), which see the parser through scanning (its scanning state, a Protocol:
+no import circle). This module names what callers use.
 """
 from exporter.ingest.grammar.parser import Parser
 from exporter.ingest.grammar.patterns import (

@@ -1,5 +1,6 @@
 """Records found by their message behind any prefix (docs/log-events.md, "Custom log formats"): the
-parser's part that learns a file's prefix layouts and keeps request-log text out (functions of a Parser)."""
+parser's part that learns a file's prefix layouts and keeps request-log text out (functions of a
+Parser, as scanning.py describes it)."""
 from __future__ import annotations
 
 import re
@@ -20,12 +21,12 @@ from exporter.ingest.grammar.patterns import (
 from exporter.ingest.grammar.prefixes import _NO_PREFIX, _PrefixLayout
 from exporter.ingest.grammar.values import _container_ts, fields_in_range
 
-if TYPE_CHECKING:      # (the parser calls these with itself)
-    from exporter.ingest.grammar.parser import Parser
+if TYPE_CHECKING:      # (the parser calls these with itself: they see it as scanning.py describes it)
+    from exporter.ingest.grammar.scanning import Scanning
 
 
 
-def find_record(p: Parser, text: str, lineno: int, container_time: str | None, out: list,
+def find_record(p: Scanning, text: str, lineno: int, container_time: str | None, out: list,
               known_only: bool = False) -> bool:
     """A record found by its message anywhere in the line (_ANCHOR), whatever prefix stands before it; False
     when the line holds none. User text never passes: a message inside an open quote, or in a line that is a
@@ -126,7 +127,7 @@ def find_record(p: Parser, text: str, lineno: int, container_time: str | None, o
         return True
     return False
 
-def _batch_by_shape(p: Parser, text: str, msg: str, layout, lineno: int, container_time, out: list) -> bool:
+def _batch_by_shape(p: Scanning, text: str, msg: str, layout, lineno: int, container_time, out: list) -> bool:
     """A batch line behind a custom prefix with a date, read by a learned shape (see "Learned shapes"): the
     line as SGLang's own prefix would print it, so the shapes learned from either layout serve both."""
     date, tod, frac = layout.clock(text)
@@ -151,7 +152,7 @@ def _batch_by_shape(p: Parser, text: str, msg: str, layout, lineno: int, contain
     p._found = (lineno, layout, len(text) - len(msg), shape, m)
     return True
 
-def _know(p: Parser, layout, text: str, end: int) -> None:
+def _know(p: Scanning, layout, text: str, end: int) -> None:
     """Remember a prefix layout a record was found behind: its lines' messages are then looked for where
     the prefix ends (its skeleton as a regex: each digit any digit, the rest as printed)."""
     if layout.known:
@@ -160,7 +161,7 @@ def _know(p: Parser, layout, text: str, end: int) -> None:
     rx = re.compile(re.sub(r"[0-9]", "[0-9]", re.escape(text[:end])))
     p._known = [rx] + p._known[:MAX_KNOWN_PREFIXES - 1]
 
-def _prefix_layout(p: Parser, text: str, end: int):
+def _prefix_layout(p: Scanning, text: str, end: int):
     """The layout of the prefix text[:end]: learned once per skeleton (digits as 0), so a file's prefix is
     taken apart once, not per line; None when it is not text a prefix can be (a lone surrogate)."""
     try:

@@ -1,5 +1,6 @@
 """The parser's block path: consecutive lines of a plain-text source, the lines of learned layouts read as
-rows (events.py) by their skeleton, the others through the generic path (functions of a Parser)."""
+rows (events.py) by their skeleton, the others through the generic path (functions of a
+Parser, as scanning.py describes it)."""
 from __future__ import annotations
 
 import copy
@@ -24,12 +25,12 @@ from exporter.ingest.grammar.patterns import _ACCESS
 
 MAX_CUSTOM_COUNTERS = 256   # row counters of custom layouts per source (when full they are folded in)
 
-if TYPE_CHECKING:      # (the parser calls these with itself)
-    from exporter.ingest.grammar.parser import Parser
+if TYPE_CHECKING:      # (the parser calls these with itself: they see it as scanning.py describes it)
+    from exporter.ingest.grammar.scanning import Scanning
 
 
 
-def feed_items(p: Parser, texts: list[str], first: int) -> list:
+def feed_items(p: Scanning, texts: list[str], first: int) -> list:
     """`feed_lines`, except that a line of a learned layout stays a Row (events.py): the block path
     of `analyze`, `parse` and `serve`, where most lines are batch lines and Event objects would cost more
     than reading them."""
@@ -169,7 +170,7 @@ def _skeleton(text: str) -> bytes | None:
     except UnicodeEncodeError:      # a lone surrogate (not from a splitter): no skeleton
         return None
 
-def _store(p: Parser, skeleton: bytes, entry: tuple, text: str) -> None:
+def _store(p: Scanning, skeleton: bytes, entry: tuple, text: str) -> None:
     """Read the next lines of `text`'s skeleton by `entry` (see _entry)."""
     if len(p._layouts) >= MAX_SKELETONS:
         p._layouts.clear()
@@ -177,7 +178,7 @@ def _store(p: Parser, skeleton: bytes, entry: tuple, text: str) -> None:
     if len(text) > p._layout_len:
         p._layout_len = len(text)
 
-def _learn_event_layout(p: Parser, text: str, lineno: int, skeleton: bytes | None, m, ev: Event) -> None:
+def _learn_event_layout(p: Scanning, text: str, lineno: int, skeleton: bytes | None, m, ev: Event) -> None:
     """After the generic path read line `lineno` (m: the line regex's match) and emitted `ev`, an access or
     request-log Event: the layout that reads the next lines of its key as rows (see _EventLayout)."""
     a = p._prefix_at
@@ -193,7 +194,7 @@ def _learn_event_layout(p: Parser, text: str, lineno: int, skeleton: bytes | Non
     elif text.startswith(("Receive: ", "Finish: "), m.end()) and m.end() + len("Receive: ") <= HEAD_CHARS:
         _learn_head(p, text, HEAD_CHARS, _EventLayout(tally, p.source, *where))
 
-def _learn_head(p: Parser, text: str, chars: int, layout: _EventLayout) -> None:
+def _learn_head(p: Scanning, text: str, chars: int, layout: _EventLayout) -> None:
     """Read the next request logs whose first `chars` characters have the skeleton of `text`'s by `layout`."""
     key = _head_key(text, chars)
     if key is not None:
@@ -203,7 +204,7 @@ def _learn_head(p: Parser, text: str, chars: int, layout: _EventLayout) -> None:
         if chars not in p._head_lens:
             p._head_lens.append(chars)
 
-def _learn_custom_layout(p: Parser, text: str, found: tuple, ev: Event) -> None:
+def _learn_custom_layout(p: Scanning, text: str, found: tuple, ev: Event) -> None:
     """After the generic path read a record behind a custom prefix (anchored.py's `_found`: the line, its
     prefix layout, where the message starts and, for a batch line, the learned shape and its match on the line
     as SGLang's own prefix would print it), the layout that reads the next lines of its key as rows (see
@@ -254,7 +255,7 @@ def _learn_custom_layout(p: Parser, text: str, found: tuple, ev: Event) -> None:
                          CustomEventLayout(counter, p.source, text, dt, frac, rank, start, None, level, pid)
                          if level or pid else _EventLayout(counter, p.source, text, dt, frac, rank, start))
 
-def _fold_customs(p: Parser) -> None:
+def _fold_customs(p: Scanning) -> None:
     """Fold the custom layouts' row counts into the parser's counts and start afresh (a bound on them)."""
     for counter in p._customs.values():
         p._recognised += counter.count

@@ -1,5 +1,6 @@
 """The parser of one source: SGLang's own prefix, multi-line records, time and rank, and the learning of
-batch-line shapes; records behind other prefixes and the block path are its mixins' (anchored.py, block.py)."""
+batch-line shapes; records behind other prefixes and the block path are its helpers'
+(anchored.py, block.py, which see a Parser as scanning.py describes it)."""
 from __future__ import annotations
 
 import calendar
