@@ -42,7 +42,8 @@ TUNING = {"too_conservative", "queue_overloaded", "cuda_graph_off", "headroom_hi
           "concurrency_capped"}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")     # torn down after this file: its ~20 exporters, Prometheus and
+# Alertmanager, and the threads feeding them in this process, must not run (and allocate) under later tests
 def stack(request):
     s = Stack(CASES)
     request.addfinalizer(s.close)      # runs even when start() fails half way
