@@ -226,18 +226,18 @@ def latency_alternatives() -> dict[str, list[tuple[str, str]]]:
     in one evaluation: (what it writes, PromQL). The first is what alerts/ does; the others are measured
     beside it, as instant queries against the same Prometheus and data."""
     from exporter.catalog.native import native_metric_names
-    from exporter.generate import rules
+    from exporter.generate import records
     from exporter.generate.promql import by, sel
     from exporter.generate.settings import RuleSettings
     settings = RuleSettings()
     w = settings.window(settings.rate_window)
     group = by(settings.join_labels + settings.native_keep_labels)
-    model = by(rules.model_labels(settings))
+    model = by(records.model_labels(settings))
     out: dict[str, list[tuple[str, str]]] = {}
-    for value in rules.RECORDED_HISTOGRAMS:
+    for value in records.RECORDED_HISTOGRAMS:
         name = native_metric_names(value)[0]
         raw = f"rate({name}_bucket{sel(settings.sglang_selector)}[{w}])"
-        record = rules.bucket_record(settings, name)
+        record = records.bucket_record(settings, name)
         per_server = f"sum by (le, {group}) ({raw})"
         per_model = f"histogram_quantile(0.99, sum by (le, {model}) ({raw}))"
         out[f"{value}: bucket rates recorded, then p50/p90/p99 + model p99 from the record"] = [

@@ -19,7 +19,7 @@ from exporter.config import Config
 from exporter.generate import dashboards as gen
 from exporter.generate import stale, write
 from exporter.generate.dashboards import house
-from exporter.generate.rules import latency_record_sources, server_rules
+from exporter.generate.records import latency_record_sources, server_rules
 from exporter.generate.settings import RuleSettings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,6 +28,7 @@ from e2e_harness import (
 from helpers import require_tool, wait_until
 
 from exporter import catalog
+from exporter.generate import records
 from exporter.generate import rules as gen
 from exporter.generate.promql import parse_duration
 from exporter.simulate import CRASH_CAUSE, REQUEST_ERROR_CAUSE
@@ -368,7 +369,7 @@ def test_one_page_per_incident_with_both_rule_sets(stack):
     for note in notes:
         assert set(note["groupLabels"]) <= {"cluster", "namespace", "pod"}, note["groupLabels"]
     # the native storm rule had its input: SGLang's own retraction rate is a storm there
-    record = next(r["record"] for r in gen.native_recording_rules(stack.params) if "retracted" in r["record"])
+    record = next(r["record"] for r in records.native_recording_rules(stack.params) if "retracted" in r["record"])
     query = urllib.parse.quote(f'max_over_time({record}{{pod="retraction_storm"}}[5m])')
     rate = get_json(f"{stack.prom_url}/api/v1/query?query={query}")["data"]["result"]
     storm = catalog.SIGNALS_BY_ID["retraction_storm"].defaults["per_minute"]

@@ -61,7 +61,7 @@ def test_every_selector_names_a_family_and_labels_the_gateway_emits(where, expr)
 def test_the_joined_rules_read_only_what_the_sidecar_and_the_native_rules_provide():
     """The engine side of a joined rule: the sidecar's own families, and the per-model latency the native rules
     record (alerts/sglang-native.rules.yml)."""
-    from exporter.generate.rules import latency_record_sources
+    from exporter.generate.records import latency_record_sources
     settings = RuleSettings()
     recorded = set(latency_record_sources(settings))
     sidecar = {m.name for m in METRICS}

@@ -3,15 +3,8 @@ from __future__ import annotations
 
 from exporter.config import Config
 from exporter.generate.alertmanager import BLINDING_ALERTS
-from exporter.generate.rules import (
-    EXPORTER_RULES,
-    NATIVE_RULES,
-    WATCHDOG,
-    all_alerts,
-    exporter_recording_rules,
-    native_recording_rules,
-    server_rules,
-)
+from exporter.generate.records import exporter_recording_rules, native_recording_rules, server_rules
+from exporter.generate.rules import EXPORTER_RULES, NATIVE_RULES, WATCHDOG, all_alerts
 from exporter.generate.runbooks import fires_when
 from exporter.generate.settings import RuleSettings
 

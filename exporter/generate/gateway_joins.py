@@ -14,7 +14,8 @@ Neither side's host may be missing: an address neither key reads gets a placehol
 from __future__ import annotations
 
 from exporter.generate.promql import by, sel
-from exporter.generate.rules import M_FIRING, M_SOURCE_UP, SRC_METRICS, model_labels, quantile_record
+from exporter.generate.records import model_labels, quantile_record
+from exporter.generate.series import M_FIRING, M_SOURCE_UP, SRC_METRICS
 from exporter.generate.settings import RuleSettings
 
 OPEN, UNHEALTHY = 1, 2          # the joined alerts' value: why the gateway stopped routing to the worker

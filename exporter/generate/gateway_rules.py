@@ -10,7 +10,8 @@ from exporter.catalog.gateway import GATEWAY_SIGNALS, GATEWAY_SIGNALS_BY_ID, Gat
 from exporter.catalog.native import native_metric_names
 from exporter.generate import gateway_joins as joins
 from exporter.generate.promql import by, num, parse_duration, sel
-from exporter.generate.rules import M_CAUSE, Alert, decorate
+from exporter.generate.rules import Alert, decorate
+from exporter.generate.series import M_CAUSE
 from exporter.generate.settings import RuleSettings
 
 RULES = "sglang-gateway.rules.yml"

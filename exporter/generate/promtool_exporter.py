@@ -23,7 +23,9 @@ from exporter.generate.promtool_common import (
     test_clusters,
     values_text,
 )
-from exporter.generate.rules import (
+from exporter.generate.records import exporter_recording_rules
+from exporter.generate.rules import WATCHDOG, Alert
+from exporter.generate.series import (
     M_CAUSE,
     M_EVENTS,
     M_FIRING,
@@ -38,9 +40,6 @@ from exporter.generate.rules import (
     M_STALE,
     M_UNPARSED,
     NOISE_REASON,
-    WATCHDOG,
-    Alert,
-    exporter_recording_rules,
     value_metric,
 )
 from exporter.generate.settings import RuleSettings

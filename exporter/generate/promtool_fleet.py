@@ -15,10 +15,7 @@ from exporter.generate.promtool_common import (
     test_clusters,
     values_text,
 )
-from exporter.generate.rules import (
-    M_BUILD,
-    M_FIRING,
-    M_INFO,
+from exporter.generate.records import (
     MODEL_QUANTILES,
     QUANTILES,
     RECORDED_HISTOGRAMS,
@@ -29,6 +26,7 @@ from exporter.generate.rules import (
     server_level,
     server_rules,
 )
+from exporter.generate.series import M_BUILD, M_FIRING, M_INFO
 from exporter.generate.settings import RuleSettings
 
 # a histogram whose requests all fall in (1 s, 2 s], 2 per second: quantile q interpolates to 1 + q

@@ -18,7 +18,9 @@ from exporter.generate.gateway_rules import (
 from exporter.generate.gotemplate import render_template
 from exporter.generate.promql import fmt_duration, parse_duration, selector_labels
 from exporter.generate.promtool_common import alert_case, expected_alert, interval, series_text, values_text
-from exporter.generate.rules import M_CAUSE, M_FIRING, M_SOURCE_UP, Alert, model_labels, quantile_record
+from exporter.generate.records import model_labels, quantile_record
+from exporter.generate.rules import Alert
+from exporter.generate.series import M_CAUSE, M_FIRING, M_SOURCE_UP
 from exporter.generate.settings import RuleSettings
 
 WORKERS = ("http://10.0.1.1:30000", "http://10.0.1.2:30000", "http://10.0.1.3:30000")

@@ -25,7 +25,8 @@ from exporter.generate.promtool_common import (
     test_clusters,
     values_text,
 )
-from exporter.generate.rules import M_CAUSE, M_FIRING, M_KNOWN, Alert, value_metric
+from exporter.generate.rules import Alert
+from exporter.generate.series import M_CAUSE, M_FIRING, M_KNOWN, value_metric
 from exporter.generate.settings import RuleSettings
 
 SIDECAR = {"container": "sglang-exporter", "endpoint": "metrics"}

@@ -17,7 +17,8 @@ from exporter.generate.promtool_common import (
     values_text,
 )
 from exporter.generate.promtool_serving import SERVING_NATIVE, serving_native_tests
-from exporter.generate.rules import Alert, retraction_rules
+from exporter.generate.records import retraction_rules
+from exporter.generate.rules import Alert
 from exporter.generate.settings import RuleSettings
 
 

@@ -17,7 +17,34 @@ from exporter.catalog.serving import SERVING_SIGNALS
 from exporter.catalog.tuning import TUNING_SIGNALS
 from exporter.config import Config
 from exporter.generate.promql import by, fmt_duration, num, sel
+from exporter.generate.records import (
+    exporter_recording_rules,
+    latency_groups,
+    quantile_record,
+    retraction_rules,
+    server_rules,
+)
 from exporter.generate.rules_serving import serving_native_specs
+from exporter.generate.series import (
+    ABORTED,
+    DRIFT_MATCH,
+    M_CAUSE,
+    M_FIRING,
+    M_READ,
+    M_SCRAPE,
+    M_SOURCE_UP,
+    M_STALE,
+    M_UNPARSED,
+    NOISE_MATCH,
+    NOT_SRC_METRICS,
+    QUEUE,
+    REQUESTS,
+    RESPONSES,
+    RETRACTED,
+    SRC_METRICS,
+    USAGE,
+    value_metric,
+)
 from exporter.generate.settings import RuleSettings
 from exporter.generate.yamlout import BlockDumper
 
@@ -86,48 +113,6 @@ def decorate(alerts: list[Alert], settings: RuleSettings) -> list[Alert]:
             for a in alerts]
 
 
-def _metric(name: str) -> str:
-    assert name in catalog.METRICS_BY_NAME, name
-    return name
-
-
-M_FIRING = _metric(f"{catalog.NS}_signal_firing")
-M_KNOWN = _metric(f"{catalog.NS}_signal_known")
-
-
-def value_metric(s) -> tuple[str, float]:
-    """The family carrying a signal's judged value and the factor back to the unit its thresholds and
-    alert texts use (the retraction signals: per second, x 60 for per minute)."""
-    name, scale = catalog.signal_value_metric(s.value_unit)
-    return _metric(name), round(1 / scale)
-
-
-M_CAUSE = _metric(f"{catalog.NS}_failure_cause_info")
-M_RETR = _metric(f"{catalog.NS}_retractions_total")
-M_RETR_REQ = _metric(f"{catalog.NS}_retracted_requests_total")
-M_OOM = _metric(f"{catalog.NS}_oom_events_total")
-M_READ = _metric(f"{catalog.NS}_log_lines_read_total")
-M_UNPARSED = _metric(f"{catalog.NS}_log_lines_unparsed_total")
-M_EVENTS = _metric(f"{catalog.NS}_log_events_total")
-M_SOURCE_UP = _metric(f"{catalog.NS}_source_up")
-M_STALE = _metric(f"{catalog.NS}_log_source_stale")
-M_SCRAPE = _metric(f"{catalog.NS}_source_up")     # of source="sglang_metrics": did the last scrape work
-M_INFO = _metric(f"{catalog.NS}_sglang_info")
-M_BUILD = _metric(f"{catalog.NS}_build_info")
-DRIFT_REASONS = ("unknown_message", "malformed")   # SGLang-prefixed lines we could not read
-NOISE_REASON = "no_sglang_prefix"                   # foreign lines: never drift
-DRIFT_MATCH = 'reason=~"' + "|".join(DRIFT_REASONS) + '"'
-NOISE_MATCH = f'reason="{NOISE_REASON}"'
-SRC_METRICS = 'source="sglang_metrics"'
-NOT_SRC_METRICS = 'source!="sglang_metrics"'
-
-# SGLang's own families the native rules read, by the catalog's value name (release spans in catalog_native)
-QUEUE, = native_metric_names("queue")
-USAGE, = native_metric_names("usage")
-RETRACTED = native_metric_names("retracted_requests")[0]
-RESPONSES, = native_metric_names("responses")
-ABORTED, = native_metric_names("aborted_requests")
-REQUESTS, = native_metric_names("requests")
 
 
 def summary_of(signal_id: str) -> str:
@@ -336,161 +321,6 @@ def _share(group: str, w: str, op: str, ratio: str, least: str, failed: str, ans
             f"  sum by ({group}) (increase({answered}[{w}]))\n) {op} {ratio}\n"
             f"and\n sum by ({group}) (increase({answered}[{w}])) >= {least}\n")
 
-
-def exporter_recording_rules(settings: RuleSettings) -> list[dict]:
-    exporter = sel(settings.exporter_selector)
-    w = settings.window(settings.rate_window)
-    rate_ops = "rate" + w
-    join = by(settings.join_labels)
-    info_join = f"on ({join}) group_left (model)\n  max by ({join}, model) ({M_INFO}{exporter})"
-    c = "".join(f"{label}, " for label in settings.cluster_labels)   # roll-ups never mix clusters
-    rules = [
-        ("namespace", M_RETR, f"sum by ({c}namespace) (rate({M_RETR}{exporter}[{w}]))", rate_ops),
-        ("namespace_pod", M_RETR, f"sum by ({c}namespace, pod) (rate({M_RETR}{exporter}[{w}]))", rate_ops),
-        ("namespace_model", M_RETR,
-         f"sum by ({c}namespace, model) (\n  rate({M_RETR}{exporter}[{w}])\n  * {info_join}\n)", rate_ops),
-        ("namespace_pod", M_RETR_REQ, f"sum by ({c}namespace, pod) (rate({M_RETR_REQ}{exporter}[{w}]))", rate_ops),
-        ("namespace_phase", M_OOM, f"sum by ({c}namespace, phase) (increase({M_OOM}{exporter}[1h]))",
-         "increase1h"),
-        ("namespace_signal_severity", M_FIRING,
-         f"sum by ({c}namespace, signal, severity) ({M_FIRING}{exporter})", "sum"),
-        ("namespace_model_signal", M_FIRING,
-         f"sum by ({c}namespace, model, signal) (\n  {M_FIRING}{exporter}\n  * {info_join}\n)", "sum"),
-        ("namespace_signal", M_KNOWN, f"avg by ({c}namespace, signal) ({M_KNOWN}{exporter})", "avg"),
-        ("namespace_pod", M_READ, f"sum by ({c}namespace, pod) (rate({M_READ}{exporter}[{w}]))", rate_ops),
-        ("namespace_pod_reason", M_UNPARSED,
-         f"sum by ({c}namespace, pod, reason) (rate({M_UNPARSED}{exporter}[{w}]))", rate_ops),
-        ("namespace_pod_kind", M_EVENTS, f"sum by ({c}namespace, pod, kind) (rate({M_EVENTS}{exporter}[{w}]))",
-         rate_ops),
-    ]
-    out = []
-    for level, metric, expr, ops in rules:
-        base = metric[:-len("_total")] if metric.endswith("_total") else metric
-        out.append({"record": f"{level}:{base}:{ops}", "expr": expr + "\n" if "\n" in expr else expr})
-    return out
-
-
-RECORDED_HISTOGRAMS = ("ttft", "itl", "e2e", "queue_time")    # SGLang's latency histograms, by catalog value
-QUANTILES = (0.5, 0.9, 0.99)          # recorded per server (the detail board draws all three)
-MODEL_QUANTILES = (0.99,)             # recorded per model (the fleet board, SLO views)
-
-
-def level(labels) -> str:
-    """The `level` part of a recorded name: the labels it is aggregated to, `cluster_namespace_pod`."""
-    return "_".join(labels)
-
-
-def server_level(settings: RuleSettings) -> str:
-    return level(settings.identity_labels)
-
-
-def model_labels(settings: RuleSettings) -> tuple:
-    """A model's identity: its cluster and namespace (the same model in two clusters is two models) and
-    SGLang's own labels kept (model_name)."""
-    outer = settings.identity_labels[:-1]
-    return outer + tuple(label for label in settings.native_keep_labels if label not in outer)
-
-
-def _bare(metric: str) -> str:
-    return metric.replace(":", "_")
-
-
-def bucket_record(settings: RuleSettings, metric: str) -> str:
-    w = settings.window(settings.rate_window)
-    return f"{server_level(settings)}:{_bare(metric)}_bucket:rate{w}"
-
-
-def quantile_record(settings: RuleSettings, metric: str, q: float, labels: tuple | None = None) -> str:
-    """`cluster_namespace_pod:sglang_time_to_first_token_seconds:p99_5m` (per server) or, with `labels`, the
-    same quantile aggregated to them (per model)."""
-    w = settings.window(settings.rate_window)
-    return f"{level(labels) if labels else server_level(settings)}:{_bare(metric)}:p{num(q * 100)}_{w}"
-
-
-def latency_record_sources(settings: RuleSettings) -> dict[str, tuple]:
-    """Each latency record -> the SGLang histogram families (every spelling) it is computed from."""
-    out = {}
-    for value in RECORDED_HISTOGRAMS:
-        names = tuple(native_metric_names(value))
-        out[bucket_record(settings, names[0])] = names
-        for q in QUANTILES:
-            out[quantile_record(settings, names[0], q)] = names
-        for q in MODEL_QUANTILES:
-            out[quantile_record(settings, names[0], q, model_labels(settings))] = names
-    return out
-
-
-def latency_groups(settings: RuleSettings) -> list[dict]:
-    """One group per SGLang latency histogram (groups run concurrently): its buckets' rate per server, recorded
-    once, then every quantile from that small record (rules of a group run in order, at one timestamp)."""
-    sglang = sel(settings.sglang_selector)
-    w = settings.window(settings.rate_window)
-    group = by(settings.join_labels + settings.native_keep_labels)
-    per_model = model_labels(settings)
-    groups = []
-    for value in RECORDED_HISTOGRAMS:
-        newest, *older = native_metric_names(value)
-        rates = "\nor\n".join(f"sum by (le, {group}) (rate({name}_bucket{sglang}[{w}]))"
-                               for name in (newest, *older))
-        if older:
-            rates = f"# SGLang before 0.4.4 named it {older[0].split(':')[1]}\n" + rates
-        buckets = bucket_record(settings, newest)
-        rules = [{"record": buckets, "expr": rates + "\n"}]
-        rules += [{"record": quantile_record(settings, newest, q), "expr": f"histogram_quantile({num(q)}, {buckets})"}
-                  for q in QUANTILES]
-        rules += [{"record": quantile_record(settings, newest, q, per_model),
-                   "expr": f"histogram_quantile({num(q)},\n  sum by (le, {by(per_model)}) ({buckets})\n)\n"}
-                  for q in MODEL_QUANTILES]
-        groups.append({"name": f"sglang-native.latency-{value}", "rules": rules})
-    return groups
-
-
-SEVERITY_RANK = {"info": 1, "warning": 2, "critical": 3}     # the fleet board's "worst firing signal"
-
-
-def firing_record(settings: RuleSettings) -> str:
-    """The record of the signals firing now, one series per server and firing signal (the overview's timeline
-    and the fleet board's attention table read it)."""
-    return f"{server_level(settings)}_signal:{M_FIRING}:max"
-
-
-def server_rules(settings: RuleSettings) -> list[dict]:
-    """Small per-server series the fleet board, its variables and the overview read instead of every signal of
-    every server: the worst firing severity, how many signals fire, the firing signals alone, and an inventory
-    (one series per server carrying its model and release) for cluster -> namespace -> model -> server."""
-    exporter = settings.exporter_selector
-    join = by(settings.join_labels)
-    lvl = server_level(settings)
-    weighted = []
-    for severity, rank in SEVERITY_RANK.items():
-        matcher = f'severity="{severity}"'
-        weighted.append(f"{M_FIRING}{sel(exporter, matcher)} * {rank}")
-    worst = "\nor\n".join(weighted)
-    return [
-        # 0 when nothing fires, 1 info, 2 warning, 3 critical; every server has one series (sorts the board)
-        {"record": f"{lvl}:{M_FIRING}:max_severity", "expr": f"max by ({join}) (\n{worst}\n)\n"},
-        {"record": f"{lvl}:{M_FIRING}:sum", "expr": f"sum by ({join}) ({M_FIRING}{sel(exporter)})"},
-        # only what fires: a few series across the fleet where the raw family has one per signal and server
-        {"record": firing_record(settings),
-         "expr": f"max by ({join}, signal, severity) ({M_FIRING}{sel(exporter)} == 1)"},
-        {"record": f"{lvl}:{M_INFO}:max",
-         "expr": (f"max by ({join}, model, format, version) (\n  {M_INFO}{sel(exporter)}\n"
-                  f"  * on ({join}) group_left (version)\n  max by ({join}, version) ({M_BUILD}{sel(exporter)})\n)\n")},
-    ]
-
-
-def retraction_rules(settings: RuleSettings) -> list[dict]:
-    sglang = sel(settings.sglang_selector)
-    w = settings.window(settings.rate_window)
-    group = by(settings.join_labels + settings.native_keep_labels)
-    return [{"record": f"{server_level(settings)}:{_bare(RETRACTED).removesuffix('_total')}:rate{w}",
-             "expr": f"sum by ({group}) (\n  max by ({group}, dp_rank) "
-                     f"(rate({RETRACTED}{sglang}[{w}]))\n)\n"}]
-
-
-def native_recording_rules(settings: RuleSettings) -> list[dict]:
-    """Every native recording rule, latency groups first (the docs' table)."""
-    return [rule for g in latency_groups(settings) for rule in g["rules"]] + retraction_rules(settings)
 
 
 def all_alerts(settings: RuleSettings) -> list[Alert]:

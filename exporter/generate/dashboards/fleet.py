@@ -8,15 +8,8 @@ from exporter.catalog.native import native_metric_names
 from exporter.generate.dashboards.grafana import DATASOURCE
 from exporter.generate.dashboards.model import DashboardSpec, Limits, Panel, Target, row
 from exporter.generate.promql import by
-from exporter.generate.rules import (
-    M_FIRING,
-    M_INFO,
-    SEVERITY_RANK,
-    firing_record,
-    model_labels,
-    quantile_record,
-    server_level,
-)
+from exporter.generate.records import SEVERITY_RANK, firing_record, model_labels, quantile_record, server_level
+from exporter.generate.series import M_FIRING, M_INFO
 from exporter.generate.settings import RuleSettings
 
 UID = "sglang-fleet"

@@ -4,7 +4,7 @@ from __future__ import annotations
 from exporter.catalog import NS, SIGNAL_VALUE_METRICS, SIGNALS, signal_value_unit
 from exporter.generate.dashboards.model import DashboardSpec, Limits, Panel, Target, gib, num, row
 from exporter.generate.dashboards.queries import EXPORTER_SELECTOR, PER_SERVER, exported, rank_max
-from exporter.generate.rules import firing_record
+from exporter.generate.records import firing_record
 from exporter.generate.settings import RuleSettings
 
 UID = "sglang-overview"

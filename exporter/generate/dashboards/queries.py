@@ -5,7 +5,7 @@ from __future__ import annotations
 from exporter import releases
 from exporter.catalog.native import family_span, native_metric_names
 from exporter.generate.dashboards.model import Limits, Target
-from exporter.generate.rules import quantile_record
+from exporter.generate.records import quantile_record
 from exporter.generate.settings import RuleSettings
 
 # The `instance` variable holds a host (the instance label without its port): the sidecar and the SGLang server
