@@ -114,6 +114,25 @@ def test_a_generated_log_reads_the_same_behind_a_custom_layout(tmp_path):
     assert sum(sp.parser.layouts.values()) > 0.99 * len(want)     # (bare traceback lines: no prefix)
 
 
+@pytest.mark.parametrize("fmt", ["0.3", "0.4.7", "0.5.23"])
+@pytest.mark.parametrize("wrapper", ["myapp | worker-3 | ", "\x1b[0m10:00:01 app> "])
+def test_a_traceback_wrapped_line_by_line_names_its_cause_without_the_wrapper(tmp_path, fmt, wrapper):
+    """A logging set-up that stamps every line, the traceback's too, once put its stamp into the crash's cause
+    ("myapp | worker-3 | RuntimeError: NCCL error ..."); the cause reads as SGLang wrote it."""
+    from exporter.simulate import Simulator, load_scenario
+    own, wrapped = tmp_path / "own.log", tmp_path / "wrapped.log"
+    sc = load_scenario("server_crash")
+    Simulator(sc, seed=0, fmt=fmt).write_log(own)
+    wrapped.write_text("".join(wrapper + line for line in own.read_text().splitlines(keepends=True)))
+
+    def crashes(path):
+        return [e.fields["message"] for e in iter_file_events(str(path))
+                if e.kind in ("scheduler_exception", "traceback")]
+    want = crashes(own)
+    assert want and want[-1].startswith("RuntimeError: NCCL error")
+    assert crashes(wrapped) == want
+
+
 def test_analyze_and_html_name_the_layouts_and_the_share_read():
     from exporter.config import Config
     from exporter.report.analyze import analyze

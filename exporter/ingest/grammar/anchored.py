@@ -113,7 +113,7 @@ def find_record(p: Scanning, text: str, lineno: int, container_time: str | None,
         if start and (kind == "http_access" or kind == "request_log"):
             p._found = (lineno, layout, start, None, None)
         if kind in _MULTILINE:
-            p._pending = _Pending(ev)
+            p._pending = _Pending(ev, text[:start])
             if kind == "oom":
                 p._last_kv_oom_line = lineno
             return True

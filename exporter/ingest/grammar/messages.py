@@ -269,10 +269,12 @@ def _oom_fields(text: str, phase: str) -> dict:
 
 class _Pending:
     """A multi-line record being assembled (traceback / KV-pool OOM message)."""
-    __slots__ = ("event", "lines", "funcs", "oom_line", "oom_text", "last", "exc")
+    __slots__ = ("event", "lines", "funcs", "oom_line", "oom_text", "last", "exc", "prefix")
 
-    def __init__(self, event: Event):
+    def __init__(self, event: Event, prefix: str = ""):
         self.event = event
+        self.prefix = prefix   # what stood before the record's message: a wrapper's part of it repeats on every
+                               # line of the traceback ("myapp | worker-3 | RuntimeError: ...")
         self.lines = 0
         self.funcs: list[str] = []
         self.oom_line = 0
@@ -281,9 +283,26 @@ class _Pending:
         self.exc = ""        # the last line that starts an exception ("RuntimeError: ..."): the cause
 
 
+_WRAPPER_END = frozenset(" \t|:]>")
+
+
+def _unwrapped(prefix: str, text: str) -> str:
+    """A continuation line without the wrapper it shares with its record's line: the two lines' common start,
+    when it ends at a separator (a wrapper stamping each line with its own time shares only part of it, and
+    keeps it)."""
+    k = 0
+    for a, b in zip(prefix, text):
+        if a != b:
+            break
+        k += 1
+    return text[k:] if k and text[k - 1] in _WRAPPER_END else text
+
+
 def continue_record(p: _Pending, text: str, lineno: int) -> None:
     """A continuation line of a pending multi-line record: the OOM's numbers, a frame's function, the cause."""
     ev = p.event
+    if p.prefix:
+        text = _unwrapped(p.prefix, text)
     stripped = text.strip()
     if not stripped:
         return

@@ -204,7 +204,7 @@ class Parser:
             return
         ev.time, ev.ts, ev.rank, ev.source, ev.line = iso, ts, rank, self.source, lineno
         if kind in _MULTILINE:
-            self._pending = _Pending(ev)
+            self._pending = _Pending(ev, text[:m.end()])
             if kind == "oom":
                 self._last_kv_oom_line = lineno
             return
