@@ -106,12 +106,17 @@ def test_everything_unknown_without_live_source():
         assert j.firing is None, sid
 
 
-def test_with_a_live_log_only_event_counts_are_known_before_data():
-    # a live log with no retraction / OOM line is evidence of none; everything else needs samples
-    snap = engine("online").evaluate(T0)
-    known = {sid for sid, j in snap.judgements.items() if j.firing is not None}
-    assert known == {"retractions_frequent", "retraction_storm", "oom_prefill", "oom_decode"}
-    assert all(snap.judgements[sid].firing is False for sid in known)
+def test_a_live_log_is_evidence_of_no_oom_or_retraction_only_once_it_showed_sglang():
+    # a followed log that has not shown one SGLang record may not be SGLang's: its silence proves nothing
+    eng = engine("online")
+    snap = eng.evaluate(T0)
+    assert {sid for sid, j in snap.judgements.items() if j.firing is not None} == set()
+    assert "no SGLang record read from the log yet" in snap.judgements["oom_decode"].detail
+    # one batch line later, a live log with no retraction / OOM line is evidence of none; the rest needs samples
+    eng.ingest(decode(queue=5), T0 + 1)
+    snap = eng.evaluate(T0 + 2)
+    counts = {"retractions_frequent", "retraction_storm", "oom_prefill", "oom_decode"}
+    assert all(snap.judgements[sid].firing is False for sid in counts)
 
 
 # ---------------------------------------------------------------------------------------------- queue
