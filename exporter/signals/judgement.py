@@ -197,7 +197,7 @@ def retractions_per_minute(state: ServerState, now: float, params: dict,
 
 # A followed log that has not shown one SGLang record may not be SGLang's (a wrong path, a server not yet
 # started, stderr sent elsewhere): its silence is no evidence that no OOM or retraction happened.
-NO_RECORD_YET = "no SGLang record read from the log yet: its silence says nothing"
+_NO_RECORD_YET = "no SGLang record read from the log yet: its silence says nothing"
 
 
 def _retractions(strict: bool):
@@ -205,7 +205,7 @@ def _retractions(strict: bool):
         if not (sources.log_up or (sources.metrics_up and not state.log_fed)):
             return None, None, "no live source of retraction events"
         if state.log_fed and not state.events_total:
-            return None, None, NO_RECORD_YET
+            return None, None, _NO_RECORD_YET
         if not state.clock_known:
             return None, None, "no timestamps: a rate needs the time between events"
         rate, span = retraction_rate(state, now, window, p.get("min_span_seconds", window))
@@ -246,7 +246,7 @@ def _oom(phase: str):
         if not sources.log_up:
             return None, None, "OOMs are read from logs; no log source is up"
         if not state.events_total:
-            return None, None, NO_RECORD_YET
+            return None, None, _NO_RECORD_YET
         n = state.ooms[phase].count_since(now - window)
         return n >= p["min_events"], float(n), ("{} {} OOM events in {:.0f} min", n, phase, window / 60)
     return judge
