@@ -145,6 +145,17 @@ def test_check_names_stale_files_and_write_fixes_them(tmp_path, capsys):
     assert cli_main(["generate", "--check", "--out", str(tmp_path)]) == 0
 
 
+def test_generate_without_out_checks_the_checkout_from_any_directory(tmp_path, monkeypatch, capsys):
+    """Run from elsewhere (a CI step's working directory), `generate --check` still checks this checkout: it
+    once looked for pyproject.toml one folder too high after cli.py became a package and checked the
+    current directory instead, where every file is missing."""
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert cli_main(["generate", "--check"]) == 0, capsys.readouterr().err
+    assert "generated files are fresh" in capsys.readouterr().out
+    assert not any(tmp_path.iterdir())
+
+
 def test_generate_reads_the_runtime_config_and_its_errors(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("signals:\n  retraction_storm: {nope: 3}\nalerts:\n  no_such_key: 1\n")

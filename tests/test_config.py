@@ -140,7 +140,7 @@ def test_check_config_subprocess_exit_code(tmp_path):
 def test_configuration_doc_covers_every_setting():
     from pathlib import Path
 
-    from exporter.config import _SCALARS, ENV_PREFIX
+    from exporter.config.scalars import _SCALARS, ENV_PREFIX
     doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
     for key, (_, env) in _SCALARS.items():
         assert f"`{key}`" in doc, key
@@ -193,7 +193,7 @@ def test_alerts_section_reaches_the_generator(tmp_path):
 def test_configuration_doc_covers_every_alerts_key():
     from pathlib import Path
 
-    from exporter.config import _ALERT_KEYS
+    from exporter.config.file import _ALERT_KEYS
     doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
     section = doc.split("## `alerts`")[1].split("\n## ")[0]
     for key in _ALERT_KEYS:

@@ -72,7 +72,7 @@ def probe_url(listen: tuple[str, int], tls: bool) -> str:
 
 
 def run(pid: int | None, timeout: float) -> int:
-    from exporter.cli import build_parser, serve_config
+    from exporter.cli.arguments import build_parser, serve_config
     from exporter.web.server import load_web_config
     try:
         found, argv = find_serve(pid)
