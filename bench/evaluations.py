@@ -2,11 +2,14 @@
 """Instructions per evaluation of `analyze` (Engine.evaluate every 5 s of log time), counted by valgrind.
 
     python bench/evaluations.py [--lines 20000] [--seed 1] [--root DIR] [--layout sglang|custom]
+                                [--profile bench|realistic] [--judges]
 
 `analyze` runs twice on the same generated log under callgrind: with the default evaluation interval, and with
 one longer than the log (a single evaluation, at its end). The difference, divided by the difference in
 evaluations, is the cost of one evaluation (window expiry, the judges, history, advice), start-up and the
-per-line work taken out. Instruction counts, not seconds: the machine is shared (see instructions.py). Needs
+per-line work taken out. `--judges` instead times, in this process (wall clock: pin it, `taskset -c 0`), each
+judge, window expiry and a whole evaluation on the state at the log's end, best of 5 x 2,000 calls: which
+judges an evaluation's cost is. Instruction counts, not seconds: the machine is shared (see instructions.py). Needs
 valgrind.
 """
 from __future__ import annotations
@@ -49,22 +52,74 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--root", default=str(HERE.parent), help="the checkout to measure (default: this one)")
     ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang")
+    ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
+                    help="realistic: the held-out measurement's kind of log (genlog.py --profile)")
+    ap.add_argument("--judges", action="store_true", help="time each judge on the log's final state (see above)")
     a = ap.parse_args(argv)
+    if a.judges:
+        return time_judges(a)
     if not shutil.which("valgrind"):
         print("valgrind not installed (apt-get install -y valgrind)", file=sys.stderr)
         return 2
     import genlog
     with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:
         log = Path(tmp) / "bench.log"
-        genlog.write(a.lines, str(log), seed=a.seed, layout=a.layout)
+        genlog.write(a.lines, str(log), seed=a.seed, layout=a.layout, profile=a.profile)
         counts, cost = {}, {}
         for interval in (5.0, 1e12):
             counts[interval] = evaluations(a.root, log, interval)
             cost[interval] = instructions(a.root, CODE.format(interval=interval), log, tmp)
         n = counts[5.0] - counts[1e12]
         per = (cost[5.0] - cost[1e12]) / n
-        print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}")
+        print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, "
+              f"profile {a.profile}")
         print(f"{counts[5.0]:,} evaluations: {per:,.0f} instructions each, {per * n / a.lines:,.0f} per line")
+    return 0
+
+
+def time_judges(a) -> int:
+    """Microseconds per call of each judge, of window expiry and of a whole evaluation, at the end of the log."""
+    import time
+
+    import genlog
+    sys.path.insert(0, a.root)
+    from exporter.config import Config
+    from exporter.engine import Engine
+    from exporter.report import analyze as report
+
+    engines: list[Engine] = []
+
+    class Kept(Engine):         # the engine analyze builds, kept to be timed after the replay
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            engines.append(self)
+
+    report.Engine = Kept        # type: ignore[misc]
+    with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:
+        log = Path(tmp) / "bench.log"
+        genlog.write(a.lines, str(log), seed=a.seed, layout=a.layout, profile=a.profile)
+        report.analyze([str(log)], Config(), progress=False)
+    e = engines[0]
+    st, now = e.state, e.last.now if e.last is not None else 0.0
+
+    def best(call) -> float:
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(2000):
+                call()
+            times.append(time.perf_counter() - t)
+        return min(times) / 2000 * 1e6
+
+    rows = [(best(lambda j=judge, p=p, w=window: j(st, p, e.sources, now, w)), sid)
+            for sid, _, judge, p, window, _ in e._evaluate._judging]
+    judged = sum(us for us, _ in rows)
+    rows += [(best(lambda: st.expire(now)), "(window expiry)"), (best(lambda: e.evaluate(now)), "(a whole evaluation)")]
+    print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, profile {a.profile}")
+    print("| judge | µs per call |\n|---|---|")
+    for us, sid in sorted(rows, reverse=True):
+        print(f"| {sid} | {us:.2f} |")
+    print(f"| (all judges) | {judged:.2f} |")
     return 0
 
 

@@ -2,13 +2,16 @@
 """Instructions per log line of the exporter's bulk readers, counted by valgrind (callgrind).
 
     python bench/instructions.py [--lines 30000] [--seed 1] [--root DIR] [--layout sglang|custom]
-                                 [--readers parser,analyze] [--profile bench|realistic]
+                                 [--readers parser,analyze] [--profile bench|realistic] [--drop TEXT]
 
 Wall-clock figures on a shared VM move by 20-50 % from run to run; instruction counts do not (the same input
 gives the same count to a few parts in a thousand), so this is the figure to compare two commits with
 (`--root` points at another checkout). Each reader runs twice, on the first `--lines` lines of a generated log
 and on its first 1,000; the difference divided by the difference in lines takes out interpreter start-up and
-imports. Needs valgrind (`apt-get install -y valgrind`). Slow: callgrind runs ~50x slower than native.
+imports. `--drop TEXT` also runs each reader on the big log without the lines that contain TEXT (say ': obj='
+for request logs): the difference over those lines is what one of them costs, evaluations it changes included
+(without access lines the error judges have nothing to sum). Needs valgrind (`apt-get install -y valgrind`).
+Slow: callgrind runs ~50x slower than native.
 """
 from __future__ import annotations
 
@@ -64,6 +67,7 @@ def main(argv=None) -> int:
                     help="custom: the generated log behind a custom logging config's prefix (genlog.py --layout)")
     ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
                     help="realistic: the held-out measurement's kind of log (genlog.py --profile)")
+    ap.add_argument("--drop", default="", help="also: what one line containing this text costs (see above)")
     a = ap.parse_args(argv)
     if not shutil.which("valgrind"):
         print("valgrind not installed (apt-get install -y valgrind)", file=sys.stderr)
@@ -77,6 +81,17 @@ def main(argv=None) -> int:
         genlog.write(a.lines, str(big), seed=a.seed, layout=a.layout, profile=a.profile)
         with open(big, encoding="utf-8") as src, open(small, "w", encoding="utf-8") as dst:
             dst.writelines(line for _, line in zip(range(SMALL), src))
+        dropped = 0
+        if a.drop:
+            kept = Path(tmp) / "kept.log"
+            with open(big, encoding="utf-8") as src, open(kept, "w", encoding="utf-8") as dst:
+                for line in src:
+                    if a.drop in line:
+                        dropped += 1
+                    else:
+                        dst.write(line)
+            if not dropped:
+                ap.error(f"no line of the log contains {a.drop!r}")
         print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, "
               f"profile {a.profile}")
         print("| reader | instructions per line |")
@@ -85,9 +100,12 @@ def main(argv=None) -> int:
         for name, code in READERS.items():
             if wanted and not any(w in name for w in wanted):
                 continue
-            per_line = (instructions(a.root, code, big, tmp) - instructions(a.root, code, small, tmp)) / (
-                a.lines - SMALL)
+            whole = instructions(a.root, code, big, tmp)
+            per_line = (whole - instructions(a.root, code, small, tmp)) / (a.lines - SMALL)
             print(f"| {name} | {per_line:,.0f} |", flush=True)
+            if dropped:
+                each = (whole - instructions(a.root, code, kept, tmp)) / dropped
+                print(f"|   of which each of the {dropped:,} lines containing {a.drop!r} | {each:,.0f} |", flush=True)
     return 0
 
 

@@ -10,6 +10,7 @@ from exporter.ingest.events import Event, as_event
 from exporter.ingest.grammar import Parser
 from exporter.ingest.scrape import ScrapeResult
 from exporter.state import MAX_RANKS, MAX_WINDOW_BUCKETS, HitWindow, ServerState, TimeWindow, usage_of
+from exporter.state.windows import CountWindow
 
 
 def counts(w: HitWindow, i: int = 0) -> tuple[int, int]:
@@ -129,6 +130,23 @@ def test_time_window_weight_and_count():
     assert w.count_since(T0 + 20) == 4
     w.expire(T0 + 100)             # edge T0 + 40 kept
     assert w.count_since(0) == 2
+
+
+def test_count_window_keeps_the_sum_a_loop_over_its_buckets_gives():
+    # counts merged in 10 s buckets; the sum kept as they come and expire must equal summing what is left, for
+    # the whole window (the kept sum) and for a later start (summed over the newest buckets)
+    rng = random.Random(7)
+    w = CountWindow(60, 10.0)
+    t = T0
+    for _ in range(2000):
+        t += rng.choice((0.5, 3, 12, 40))
+        w.add(t, rng.choice((1.0, 1.0, 3.0)))
+        w.expire(t)
+        assert w.total == sum(n for _, n in w.items)
+        assert w.weight_since(t - 60) == w.total
+        since = t - rng.uniform(0, 60)
+        assert w.weight_since(since) == sum(n for first, n in w.items if first >= since)
+    assert len(w.items) <= 7        # one bucket per 10 s of the last minute, at most
 
 
 def test_ranks_bounded_with_other_bucket():

@@ -7,21 +7,10 @@ source is kept apart: a share is taken within one source, never across two that 
 """
 from __future__ import annotations
 
-from exporter.state.windows import TimeWindow
+from exporter.state.windows import CountWindow, TimeWindow
 
 MAX_CAUSE = 200
-BUCKET_SECONDS = 10.0    # counts closer than this share one item of a window: a judge sums at most a few dozen
-
-
-def _count(window: TimeWindow, t: float, weight: float = 1.0) -> None:
-    """Add to `window`, in the item of the last BUCKET_SECONDS when there is one (a busy server answers
-    hundreds of requests a second; two judges sum these windows at every evaluation)."""
-    items = window.items
-    if items and t - items[-1][0] < BUCKET_SECONDS:
-        first, total = items[-1]
-        items[-1] = (first, total + weight)
-    else:
-        window.push(t, weight)
+BUCKET_SECONDS = 10.0    # counts closer than this share one item of a window (CountWindow)
 
 
 class RequestOutcomes:
@@ -29,15 +18,16 @@ class RequestOutcomes:
 
     def __init__(self, window: float):
         # the log: inference responses (uvicorn access lines of POST requests) and the 5xx among them
-        self.responses = TimeWindow(window)
-        self.responses_5xx = TimeWindow(window)
-        self.request_errors = TimeWindow(window)   # "Error in request: ..." and the others (patterns.REQUEST_ERRORS)
-        self.disconnects = TimeWindow(window)      # "Request is disconnected ... Abort request ..."
+        self.responses = CountWindow(window, BUCKET_SECONDS)
+        self.responses_5xx = CountWindow(window, BUCKET_SECONDS)
+        # "Error in request: ..." and the others (patterns.REQUEST_ERRORS)
+        self.request_errors = CountWindow(window, BUCKET_SECONDS)
+        self.disconnects = CountWindow(window, BUCKET_SECONDS)      # "Request is disconnected ... Abort request ..."
         # /metrics: the increases of SGLang's counters, per scrape
-        self.scraped_responses = TimeWindow(window)
-        self.scraped_5xx = TimeWindow(window)
-        self.scraped_aborted = TimeWindow(window)
-        self.scraped_requests = TimeWindow(window)
+        self.scraped_responses = CountWindow(window, BUCKET_SECONDS)
+        self.scraped_5xx = CountWindow(window, BUCKET_SECONDS)
+        self.scraped_aborted = CountWindow(window, BUCKET_SECONDS)
+        self.scraped_requests = CountWindow(window, BUCKET_SECONDS)
         self.responses_scraped = False     # the scrape carries http_responses_total (0.5.23+)
         self.aborts_scraped = False        # it carries num_aborted_requests_total (0.4.7+)
         self.last_error: tuple[float, str] | None = None       # (t, the latest request error's first line)
@@ -55,17 +45,17 @@ class RequestOutcomes:
         dilute the share."""
         if method != "POST":
             return
-        _count(self.responses, now)
+        self.responses.add(now)
         if status >= 500:
-            _count(self.responses_5xx, now)
+            self.responses_5xx.add(now)
 
     def request_error(self, fields: dict, now: float) -> None:
         if fields.get("disconnected"):
-            _count(self.disconnects, now)
+            self.disconnects.add(now)
             self.disconnects_total += 1
             self.last_disconnect_t = now
             return
-        _count(self.request_errors, now)
+        self.request_errors.add(now)
         self.request_errors_total += 1
         self.last_error = (now, " ".join(str(fields.get("message") or "").split())[:MAX_CAUSE])
 
@@ -76,7 +66,7 @@ class RequestOutcomes:
         for window, grew in ((self.scraped_responses, responses), (self.scraped_5xx, errors_5xx),
                              (self.scraped_aborted, aborted), (self.scraped_requests, requests)):
             if grew:
-                _count(window, now, grew)
+                window.add(now, grew)
 
     def share(self, now: float, window: float) -> tuple[float, float, str] | None:
         """(failed, answered, what was counted) over the last `window` seconds from the best source: SGLang's

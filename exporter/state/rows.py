@@ -161,7 +161,8 @@ class BatchRows(StatePart):
             self._row_kinds.append(kind)
             self._row_counts.append(0)
         rv: RankValues | None = None
-        code, tune = (ACCESS if kind == "http_access" else COUNT), False
+        # an access line's layout knows whether its lines answered a POST (layouts._EventLayout.post_status)
+        code, tune = (ACCESS if kind == "http_access" and shape.post_status is not None else COUNT), False
         if shape.batch:
             rv, sample = self._batch_rank(rank)
             code = SAMPLE if sample and kind == "decode_batch" else GAUGE
@@ -176,11 +177,9 @@ class BatchRows(StatePart):
         return slot
 
     def _access_row(self, row: tuple, now: float) -> None:
-        """An access line read as a Row: a POST's method and status are read (inference responses), others only
-        counted (health checks and scrapes are GETs)."""
-        if '"POST ' in row[1]:
-            f = row[0].fields(row[1])       # its layout's fields: what its Event would hold
-            self.outcomes.access(f["method"], f["status"], now)
+        """An access line of a POST read as a Row: its status is read (an inference response; the other methods'
+        lines, health checks and scrapes, are only counted: COUNT slots)."""
+        self.outcomes.access("POST", int(row[1][row[0].post_status]), now)
 
     def _forget_row_slots(self) -> None:
         """Every slot is learned again from the next Row on (the leaders or the rank table changed)."""

@@ -152,6 +152,47 @@ class TimeWindow:
         return n
 
 
+class CountWindow(TimeWindow):
+    """A TimeWindow of counts (whole-number weights) merged in buckets of `bucket` seconds, that keeps their
+    sum: the error judges read four of these windows, whole, at every evaluation, so the sum is kept as counts
+    come and go instead of summed again each time. Exact: the sums of whole numbers below 2**53 do not round,
+    in whatever order they are added."""
+    __slots__ = ("bucket", "total")
+
+    def __init__(self, seconds: float, bucket: float):
+        super().__init__(seconds)
+        self.bucket = bucket
+        self.total = 0.0        # the weights of `items`
+
+    def add(self, t: float, weight: float = 1.0) -> None:
+        """Count `weight` at `t`: in the newest item when it began less than `bucket` seconds before `t` (a
+        busy server answers hundreds of requests a second)."""
+        items = self.items
+        self.total += weight
+        if items and t - items[-1][0] < self.bucket:
+            first, total = items[-1]
+            items[-1] = (first, total + weight)
+        else:
+            items.append((t, weight))
+            if len(items) > MAX_WINDOW_SAMPLES:
+                self.total -= items.popleft()[1]
+
+    def push(self, t: float, weight: float = 1.0) -> None:
+        self.add(t, weight)
+
+    def expire(self, now: float) -> None:
+        edge = now - self.seconds
+        items = self.items
+        while items and items[0][0] < edge:
+            self.total -= items.popleft()[1]
+
+    def weight_since(self, t0: float) -> float:
+        items = self.items
+        if not items or not items[0][0] < t0:      # the whole window: its sum
+            return self.total
+        return super().weight_since(t0)
+
+
 @dataclass
 class Histogram:
     """Cumulative bucket snapshots of one SGLang latency histogram, summed over its series."""

@@ -147,7 +147,7 @@ class _EventLayout:
       is searched for when the Event is built, as the generic path searches for it.
     Dated prefixes only (a time-only prefix's day count is the generic path's state), and learned on the block
     path, which starts with a source's first learned batch shape."""
-    __slots__ = ("shape", "kind", "source", "dt", "frac", "rank", "msg", "phase", "groups")
+    __slots__ = ("shape", "kind", "source", "dt", "frac", "rank", "msg", "phase", "groups", "post_status")
     batch = False
     check_at = -1               # (as _Layout's: nothing to look at)
     check_max = ""
@@ -162,6 +162,9 @@ class _EventLayout:
         self.dt, self.frac, self.rank, self.msg = dt, frac, rank, msg
         self.phase = request_phase(text[msg:msg + 16]) if access is None else None
         self.groups = None if access is None else operator.itemgetter(*(slice(*access.span(k)) for k in range(1, 5)))
+        # An access line's method is letters, the same in every line of its skeleton: the state reads a POST's
+        # status (an inference response's) from this slice and only counts the others (None), without `fields`
+        self.post_status = slice(*access.span(4)) if access is not None and access.group(2) == "POST" else None
 
     def fields(self, text: str) -> dict:
         if self.groups is None:
