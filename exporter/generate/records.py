@@ -55,7 +55,8 @@ def exporter_recording_rules(settings: RuleSettings) -> list[dict]:
         ("namespace_pod", M_READ, f"sum by ({c}namespace, pod) (rate({M_READ}{exporter}[{w}]))", rate_ops),
         ("namespace_pod_reason", M_UNPARSED,
          f"sum by ({c}namespace, pod, reason) (rate({M_UNPARSED}{exporter}[{w}]))", rate_ops),
-        ("namespace_pod_kind", M_EVENTS, f"sum by ({c}namespace, pod, kind) (rate({M_EVENTS}{exporter}[{w}]))",
+        # per server (its identity, instance and job): the detail board's "Events recognised" reads it
+        (f"{server_level(settings)}_kind", M_EVENTS, f"sum by ({join}, kind) (rate({M_EVENTS}{exporter}[{w}]))",
          rate_ops),
     ]
     out = []
@@ -187,3 +188,9 @@ def native_recording_rules(settings: RuleSettings) -> list[dict]:
     """Every native recording rule, latency groups first (the docs' table)."""
     return [rule for g in latency_groups(settings) for rule in g["rules"]] + retraction_rules(settings)
 
+
+
+def events_record(settings: RuleSettings) -> str:
+    """The per-server rate of each kind of log event recognised (one of the fleet group's records)."""
+    w = settings.window(settings.rate_window)
+    return f"{server_level(settings)}_kind:{M_EVENTS.removesuffix('_total')}:rate{w}"
