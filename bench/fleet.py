@@ -1,7 +1,8 @@
 """A fleet against a real Prometheus: N fake SGLang servers (each a sidecar /metrics and SGLang's own /metrics,
 replayed from expositions captured by bench/fleet_capture.py, values moving every scrape), two clusters that
 share every namespace, pod and address, every rule file of ours loaded; then each rule group's evaluation time
-and each dashboard query's time through the HTTP API.
+(and the slowest rules'), each dashboard query's time through the HTTP API, and where the CPU went while measuring
+(Prometheus, this process serving the targets, the rest of the machine).
 
     python bench/fleet.py --servers 1000 [--big-every 20] [--rules alerts] [--dashboards dashboards]
     python bench/fleet.py --servers 300 --rules /tmp/main/alerts --dashboards /tmp/main/dashboards   # before
