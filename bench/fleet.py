@@ -1,7 +1,8 @@
 """A fleet against a real Prometheus: N fake SGLang servers (each a sidecar /metrics and SGLang's own /metrics,
 replayed from expositions captured by bench/fleet_capture.py, values moving every scrape), two clusters that
 share every namespace, pod and address, every rule file of ours loaded; then each rule group's evaluation time
-and each dashboard query's time through the HTTP API.
+(and the slowest rules'), each dashboard query's time through the HTTP API, and where the CPU went while measuring
+(Prometheus, this process serving the targets, the rest of the machine).
 
     python bench/fleet.py --servers 1000 [--big-every 20] [--rules alerts] [--dashboards dashboards]
     python bench/fleet.py --servers 300 --rules /tmp/main/alerts --dashboards /tmp/main/dashboards   # before
@@ -107,6 +108,10 @@ def start_targets(servers: int, big_every: int, capture_dir: Path):
         return body
 
     class Handler(BaseHTTPRequestHandler):
+        # keep-alive: Prometheus reuses one connection per target, so a scrape costs a request, not a new
+        # connection and a new thread (with HTTP/1.0 the targets took ~a third of a core at 1,000 servers)
+        protocol_version = "HTTP/1.1"
+
         def do_GET(self):     # noqa: N802 - http.server's name
             parts = self.path.strip("/").split("/")
             try:
@@ -130,7 +135,13 @@ def start_targets(servers: int, big_every: int, capture_dir: Path):
         def log_message(self, *args):
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            # Prometheus stopping resets its kept-alive connections: nothing to report
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+
+    httpd = Server(("127.0.0.1", free_port()), Handler)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd, scrapes
@@ -209,6 +220,18 @@ def progress(what: str) -> None:
 def load() -> str:
     """The 1/5/15-minute load averages (the machine is shared: every figure carries the load it was taken at)."""
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def cpu_seconds(pid: int | str) -> float:
+    """A process's CPU time so far (user + system, every thread) from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """CPU time every process of the machine has used (all cores): /proc/stat's first line less idle and iowait."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def ensure_captures(directory: Path) -> None:
@@ -299,6 +322,17 @@ def run_query(base: str, expr: str, instant: bool, now: float) -> tuple[float, s
     return took, body.get("status", "?") + ("" if body.get("status") == "success" else f": {body.get('error')}")
 
 
+def cpu_split(start: tuple, end: tuple) -> dict[str, float]:
+    """CPU-seconds and shares of the machine's capacity over a window, from two (Prometheus, this process,
+    machine busy, monotonic) readings."""
+    prometheus, bench, busy, window = (b - a for a, b in zip(start, end))
+    capacity = window * (os.cpu_count() or 1)
+    other = max(busy - prometheus - bench, 0.0)
+    return {"window": window, "capacity": capacity, "prometheus": prometheus, "bench": bench, "other": other,
+            "prometheus_share": prometheus / capacity, "bench_share": bench / capacity,
+            "other_share": other / capacity, "idle_share": max(capacity - busy, 0.0) / capacity}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--servers", type=int, default=1000)
@@ -310,6 +344,7 @@ def main() -> int:
                     help="seconds before measuring (the rules' 5m rate windows fill: a query reads what it will)")
     ap.add_argument("--measure", type=float, default=90, help="seconds of rule evaluations to take the max over")
     ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--hold", type=float, default=0, help="seconds to keep Prometheus up after measuring")
     ap.add_argument("--latency-alternatives", action="store_true",
                     help="also time other ways to record the latency quantiles, side by side")
     ap.add_argument("--group-limit", type=float, default=1.0, help="goal: every rule group's median evaluation")
@@ -345,6 +380,10 @@ def main() -> int:
             progress(f"measuring rule groups for {args.measure:.0f} s")
             loads["measuring"] = load()
             durations: dict[str, list[float]] = {}
+            rule_times: dict[tuple[str, str], list[float]] = {}
+            # where the CPU goes while measuring: Prometheus, the bench's own target server (this process), the rest
+            cpu_start = (cpu_seconds(proc.pid), cpu_seconds("self"), machine_busy_seconds(), time.monotonic())
+            scrapes_before = scrapes[0]
             end = time.monotonic() + args.measure
             errors: dict[str, str] = {}
             while time.monotonic() < end:
@@ -353,9 +392,13 @@ def main() -> int:
                 for group in body.get("data", {}).get("groups", []):
                     durations.setdefault(group["name"], []).append(float(group["evaluationTime"]))
                     for rule in group["rules"]:
+                        key = (group["name"], rule["name"])
+                        rule_times.setdefault(key, []).append(float(rule.get("evaluationTime", 0)))
                         if rule.get("health") == "err":
                             errors[rule["name"]] = rule.get("lastError", "")
                 time.sleep(15)
+            cpu_end = (cpu_seconds(proc.pid), cpu_seconds("self"), machine_busy_seconds(), time.monotonic())
+            scrapes_measured = scrapes[0] - scrapes_before
             with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
                 own = r.read().decode()
             head = int(float(re.search(r"^prometheus_tsdb_head_series (\S+)", own, re.M).group(1)))
@@ -370,6 +413,9 @@ def main() -> int:
             alternatives = time_alternatives(base) if args.latency_alternatives else []
             progress("counting the samples each rule group reads")
             samples = rule_samples(base, rules)
+            if args.hold:       # to try queries against the same data by hand (the figures print afterwards)
+                progress(f"Prometheus stays at {base} for {args.hold:.0f} s")
+                time.sleep(args.hold)
         finally:
             proc.terminate()
             try:
@@ -385,10 +431,19 @@ def main() -> int:
           f"after the queries {loads['queries']}; {os.cpu_count()} CPUs; {time.monotonic() - started:.0f} s in all")
     for name, error in errors.items():
         print(f"  {name}: {error[:200]}")
+    cpu = cpu_split(cpu_start, cpu_end)
+    print(f"CPU while measuring ({cpu['window']:.0f} s, {os.cpu_count()} CPUs = {cpu['capacity']:.0f} CPU-s): "
+          f"Prometheus {cpu['prometheus']:.0f} s ({cpu['prometheus_share']:.0%}), the bench's target server "
+          f"{cpu['bench']:.0f} s ({cpu['bench_share']:.0%}), everything else {cpu['other']:.0f} s "
+          f"({cpu['other_share']:.0%}), idle {cpu['idle_share']:.0%}; {scrapes_measured} scrapes served, "
+          f"{1000 * cpu['bench'] / max(scrapes_measured, 1):.2f} ms of the bench's CPU each")
     medians = {group: statistics.median(values) for group, values in durations.items()}
     print(f"\n{'rule group':40} {'median s':>9} {'max s':>8} {'samples read':>13}")
     for group, values in sorted(durations.items()):
         print(f"{group:40} {medians[group]:9.3f} {max(values):8.3f} {samples.get(group, -1):13d}")
+    print(f"\n{'slowest rules (max over the window)':72} {'median s':>9} {'max s':>8}")
+    for (group, rule), values in sorted(rule_times.items(), key=lambda kv: -max(kv[1]))[:12]:
+        print(f"{(group + ' / ' + rule)[:72]:72} {statistics.median(values):9.3f} {max(values):8.3f}")
     print(f"\n{'board':18} {'panel / variable (15 slowest)':48} {'s':>7}  status")
     ranked = sorted(queries, key=lambda q: -q[2])
     for board, title, took, status in ranked[:15]:
@@ -417,7 +472,9 @@ def main() -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"servers": args.servers, "head_series": head, "failures": failed,
                                          "targets_up": targets_up, "load": loads, "groups": durations,
-                                         "samples": samples, "queries": queries, "alternatives": alternatives,
+                                         "samples": samples, "queries": queries, "cpu": cpu,
+                                         "rules": {f"{g} / {r}": v for (g, r), v in rule_times.items()},
+                                         "alternatives": alternatives,
                                          "verdict": verdict}, indent=1))
     return 0 if all(verdict.values()) else 1
 

@@ -19,7 +19,7 @@ from exporter.config import Config
 from exporter.generate import dashboards as gen
 from exporter.generate import stale, write
 from exporter.generate.dashboards import house
-from exporter.generate.records import latency_record_sources, server_rules
+from exporter.generate.records import events_record, latency_record_sources, server_rules
 from exporter.generate.settings import RuleSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,6 +202,7 @@ def test_titles_unique(dashboard):
 
 SLO_RECORDS = {catalog_slo.ERROR_RATIO_RECORD.format(window=w) for w in catalog_slo.RATE_WINDOWS}
 SERVER_RECORDS = {rule["record"] for rule in server_rules(RuleSettings())}     # of the exporter's own series
+SERVER_RECORDS.add(events_record(RuleSettings()))          # a fleet record kept per server (the detail board)
 
 
 @pytest.mark.parametrize("panel,target", list(all_targets()))
@@ -272,6 +273,8 @@ def test_every_exported_metric_is_on_a_dashboard():
             for target in panel["targets"]:
                 used |= {node.name for node in walk(pp.parse(substitute(target["expr"])))
                          if isinstance(node, pp.VectorSelector)}
+    if events_record(RuleSettings()) in used:        # the log event counters, shown through their per-server record
+        used.add("sglang_exporter_log_events_total")
     missing = {metric.name for metric in catalog.METRICS if not metric.deprecated} - used   # deprecated: on their way out
     assert not missing, f"exported but shown nowhere: {sorted(missing)}"
     read = {base_name(name) for name in used if name.startswith("sglang:")}

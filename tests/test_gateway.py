@@ -12,11 +12,15 @@ from exporter.catalog.gateway import GATEWAY_SIGNALS
 from exporter.catalog.metrics import METRICS
 from exporter.config import Config
 from exporter.generate import gateway as gen
+from exporter.generate.gateway_rules import joined_record
 from exporter.generate.settings import RuleSettings
 from exporter.releases import gateway as releases
 
 RENDERED = gen.render(Config())
-RULES = yaml.safe_load(RENDERED[f"alerts/{gen.RULES}"])["groups"][0]["rules"]
+GROUP = yaml.safe_load(RENDERED[f"alerts/{gen.RULES}"])["groups"][0]["rules"]
+RECORDED = {r["record"]: r["expr"] for r in GROUP if "record" in r}
+# an alert that reads a record of its own group is checked on the join that record computes
+RULES = [{**r, "expr": RECORDED.get(r["expr"].strip(), r["expr"])} for r in GROUP if "alert" in r]
 BOARD = json.loads(RENDERED[f"dashboards/{gen.UID}.json"])
 GATEWAY_NAME = re.compile(r"\b((?:smg|sgl_router)_[a-z0-9_]+)(\{[^}]*\})?")
 SUFFIXES = ("_bucket", "_sum", "_count")
@@ -271,3 +275,19 @@ def test_every_join_and_aggregation_keeps_clusters_apart(rule):
         labels = {x.strip() for x in clause.split(",")}
         if labels & {"namespace", "host"}:
             assert "cluster" in labels, (rule["alert"], sorted(labels))
+
+
+def test_the_joins_are_recorded_once_and_read_by_their_alerts_and_panels():
+    """Each join with the engines is computed once per evaluation, by a record its group writes before the alerts
+    (rules of a group run in order at one timestamp); the alert and the board's panel read that record, so the
+    board never runs the join over every sidecar target per step of its range."""
+    joined = [s for s in GATEWAY_SIGNALS if s.engine_signals]
+    order = [r.get("record") or r["alert"] for r in GROUP]
+    panels = {p["title"]: [t["expr"] for t in p.get("targets", [])] for p in BOARD["panels"]}
+    for s in joined:
+        record = joined_record(s)
+        assert order.index(record) < order.index(s.alert)
+        alert = next(r for r in GROUP if r.get("alert") == s.alert)
+        assert alert["expr"].strip() == record
+        assert "label_replace" in RECORDED[record]
+        assert panels[s.title] == [f'{record}{{namespace=~"$namespace"}}']

@@ -3,7 +3,14 @@ from __future__ import annotations
 
 from exporter.config import Config
 from exporter.generate.alertmanager import BLINDING_ALERTS
-from exporter.generate.records import exporter_recording_rules, native_recording_rules, server_rules
+from exporter.generate.records import (
+    RECORD_INTERVAL,
+    exporter_recording_rules,
+    latency_groups,
+    native_recording_rules,
+    record_interval,
+    server_rules,
+)
 from exporter.generate.rules import EXPORTER_RULES, NATIVE_RULES, WATCHDOG, all_alerts
 from exporter.generate.runbooks import fires_when
 from exporter.generate.settings import RuleSettings
@@ -113,11 +120,24 @@ def alerts_md(settings: RuleSettings) -> str:
               "`sglang-exporter.servers` "
               "keeps one small series per server (worst firing severity: 0 none, 1 info, 2 warning, 3 critical; "
               "signals firing; the inventory with model, format and version) and one per firing signal, for the "
-              "fleet board and its variables.", "",
-              "| record | expression |", "|---|---|"]
+              "fleet board and its variables. "
+              f"The groups that record only windowed roll-ups (`sglang-native.latency-<value>` and "
+              f"`sglang-exporter.fleet`) run every {RECORD_INTERVAL} (their `interval:`), not at the global 15 s: "
+              "their 5m (and 1h) windows move by a fifth per minute, so a record is at most a minute behind what a "
+              "15 s evaluation would write, and at 1,000 servers they read ~2.7 M samples per evaluation "
+              "(`bench/fleet.py`), four times less often. The alerts that read them (the native latency alerts, "
+              "`for: 10m`) keep the 15 s evaluation and their `for:`, so a crossing fires at most a minute later; "
+              "the end-to-end tests' short windows (`alerts.short_windows`) keep every group at the global "
+              "interval. The gateway group records its three joins with the engines "
+              "(`cluster_worker:sglang_gateway_<signal>:joined`, the gateway runbooks show each join) before its "
+              "alerts, which read them at the same evaluation, as the Gateway board does.", "",
+              "| record | expression | interval |", "|---|---|---|"]
+    every = record_interval(settings).get("interval", "global")
+    windowed = {r["record"] for r in exporter_recording_rules(settings)}
+    windowed |= {r["record"] for g in latency_groups(settings) for r in g["rules"]}
     for r in exporter_recording_rules(settings) + server_rules(settings) + native_recording_rules(settings):
         expr = " ".join(r["expr"].split()).replace("|", "\\|")
-        lines.append(f"| `{r['record']}` | `{expr}` |")
+        lines.append(f"| `{r['record']}` | `{expr}` | {every if r['record'] in windowed else 'global'} |")
     lines += objectives_md(settings)
     defaults = RuleSettings()
     lines += [

@@ -51,7 +51,7 @@ def render(config: Config) -> dict[str, str]:
     files.update(helm_files(settings, files[f"dashboards/{UID}.json"]))
     files.update(component_files(settings, files[f"dashboards/{UID}.json"]))
     for a in alerts(settings):
-        files[f"docs/runbooks/{a.name}.md"] = runbook(a, GATEWAY_SIGNALS_BY_ID[a.signal or ""])
+        files[f"docs/runbooks/{a.name}.md"] = runbook(settings, a, GATEWAY_SIGNALS_BY_ID[a.signal or ""])
     return files
 
 

@@ -10,7 +10,7 @@ from exporter.catalog.gateway import GATEWAY_SIGNALS, GatewaySignal
 from exporter.generate.dashboards.grafana import DATASOURCE, dashboard_content
 from exporter.generate.dashboards.house import decorate as decorate_dashboard
 from exporter.generate.dashboards.model import DashboardSpec, Panel, Target
-from exporter.generate.gateway_rules import ENGINE_BOARDS, GATEWAY_JOB, RULES, UID, exprs, rule_file
+from exporter.generate.gateway_rules import ENGINE_BOARDS, GATEWAY_JOB, RULES, UID, exprs, joined_record, rule_file
 from exporter.generate.settings import RuleSettings
 from exporter.generate.yamlout import BlockDumper
 
@@ -32,6 +32,8 @@ def dashboard(settings: RuleSettings) -> dict:
     panels = []
     for s in GATEWAY_SIGNALS:
         value, test = plotted[s.id]
+        if s.engine_signals:    # the join the gateway group records (its namespace: the engine's)
+            value = f'{joined_record(s)}{{namespace=~"$namespace"}}'
         thr = _threshold(test)
         panels.append(_panel(s, value, thr))
     spec = DashboardSpec(UID, "SGLang gateway", "The SGLang gateway (SGLang Model Gateway smg_* or sglang-router "

@@ -101,6 +101,11 @@ def _series_budget() -> list[str]:
             "into one series per server (`dp`, `tp`, `pp` = `all`, summed over DP ranks as the dashboards do; the "
             "fullest KV pool; CUDA graph off if any rank ran without it) and leaves out the per-rank headroom, so "
             "a dp8 x tp8 sidecar costs what a single-GPU one does; the per-rank dashboard panels then show one "
-            "line. Reproduce: `python bench/fleet_capture.py --tp 8 --dp 8 --out bench/out/fleet/dp8tp8`."]
+            "line. Reproduce: `python bench/fleet_capture.py --tp 8 --dp 8 --out bench/out/fleet/dp8tp8`.", "",
+            "What the rules cost on top (docs/alerts.md, \"Recording rules\"): the latency groups write one "
+            "series per bucket and server and the fleet group one per server and event kind; both run every "
+            "minute (`interval: 1m`), the alerts every 15 s. At 1,000 servers (471k head series) the rule groups "
+            "read 1.4 M samples per 15 s (`python bench/fleet.py --servers 1000`; README, \"A fleet against a "
+            "real Prometheus\")."]
     return out
 

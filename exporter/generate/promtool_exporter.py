@@ -23,7 +23,7 @@ from exporter.generate.promtool_common import (
     test_clusters,
     values_text,
 )
-from exporter.generate.records import exporter_recording_rules
+from exporter.generate.records import events_record, exporter_recording_rules
 from exporter.generate.rules import WATCHDOG, Alert
 from exporter.generate.series import (
     M_CAUSE,
@@ -314,8 +314,7 @@ def recording_tests_exporter(settings: RuleSettings) -> dict:
         f"namespace_pod:{M_READ[:-6]}:rate{w}": rollup(("namespace", "pod"), lambda lab, r: 4 * r),
         f"namespace_pod_reason:{M_UNPARSED[:-6]}:rate{w}": rollup(("namespace", "pod", "reason"), lambda lab, r: r,
                                                                   {"reason": "unknown_message"}),
-        f"namespace_pod_kind:{M_EVENTS[:-6]}:rate{w}": rollup(("namespace", "pod", "kind"), lambda lab, r: r,
-                                                              {"kind": "decode_batch"}),
+        events_record(settings): rollup((*settings.join_labels, "kind"), lambda lab, r: r, {"kind": "decode_batch"}),
     }
     assert len(exp[f"namespace:{M_RETR[:-6]}:rate{w}"] or ()) == len(targets) - 1   # the twin: its own group
     names = [r["record"] for r in exporter_recording_rules(settings)]

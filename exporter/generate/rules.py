@@ -21,6 +21,7 @@ from exporter.generate.records import (
     exporter_recording_rules,
     latency_groups,
     quantile_record,
+    record_interval,
     retraction_rules,
     server_rules,
 )
@@ -343,7 +344,7 @@ def rule_files(settings: RuleSettings) -> dict[str, dict]:
             # up but not serving, and the failures and waste SGLang counts itself (catalog_serving)
             {"name": "sglang-exporter.serving", "rules": serving_rules},
             {"name": "sglang-exporter.meta", "rules": [a.rule() for a in alerts if a.kind == "meta"]},
-            {"name": "sglang-exporter.fleet", "rules": exporter_recording_rules(settings)},
+            {"name": "sglang-exporter.fleet", **record_interval(settings), "rules": exporter_recording_rules(settings)},
             {"name": "sglang-exporter.servers", "rules": server_rules(settings)},
         ]},
         NATIVE_RULES: {"groups": [

@@ -12,6 +12,8 @@ from exporter.generate.dashboards.queries import (
     native,
     sglang,
 )
+from exporter.generate.records import events_record
+from exporter.generate.settings import RuleSettings
 
 PER_RANK = f"{PER_SERVER}, dp, tp, pp"
 RANK_LEGEND = "{{instance}} dp{{dp}} tp{{tp}} pp{{pp}}"
@@ -59,6 +61,7 @@ def per_rank_panels(limits: Limits) -> list[Panel]:
 
 
 def _log_panels(limits: Limits) -> list[Panel]:
+    settings = RuleSettings(limits.config)
     drift = limits.meta_alert("SGLangLogParserDrift")["max_unknown_ratio"]
     return [
         Panel("Log lines read", "timeseries", "cps", min=0,
@@ -86,10 +89,13 @@ def _log_panels(limits: Limits) -> list[Panel]:
               steps=[(None, "transparent"), (drift, "red")], style="dashed"),
         Panel("Events recognised", "timeseries", "cps", min=0,
               shows="SGLang events recognised per second, by kind (decode_batch, prefill_batch, retraction, "
-                    "oom, ...).",
+                    f"oom, ...), over {settings.window(settings.rate_window)} as the fleet recording rules write "
+                    "it every minute (the raw counters of every server and kind were the board's heaviest read at "
+                    "1,000 servers).",
               good="decode_batch and prefill_batch while serving.",
               bad="no decode_batch while lines are read: the parser no longer recognises batch lines.",
-              targets=[Target(_rate(f"{NS}_log_events_total", "kind"), "{{instance}} {{kind}}")]),
+              targets=[Target(f"sum by ({PER_SERVER}, kind) ({events_record(settings)}{{{EXPORTER_SELECTOR}}})",
+                              "{{instance}} {{kind}}")]),
         Panel("Sources up", "state-timeline", "none",
               shows="Whether each source is being read: a log file read successfully last time; SGLang's "
                     "/metrics scraped successfully last time, less than scrape_stale_after ago.",
