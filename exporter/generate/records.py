@@ -152,26 +152,28 @@ def firing_record(settings: RuleSettings) -> str:
 
 def server_rules(settings: RuleSettings) -> list[dict]:
     """Small per-server series the fleet board, its variables and the overview read instead of every signal of
-    every server: the worst firing severity, how many signals fire, the firing signals alone, and an inventory
-    (one series per server carrying its model and release) for cluster -> namespace -> model -> server."""
+    every server: the firing signals alone, an inventory (one series per server carrying its model and
+    release) for cluster -> namespace -> model -> server, the worst firing severity and how many signals fire.
+
+    Only the first rule reads the raw family (a series per signal and server: 19k at 1,000 servers); the worst
+    severity and the count read its few firing series (a group's rules run in order, each seeing the ones
+    before), with every server given its 0 from the one build_info series it always exports."""
     exporter = settings.exporter_selector
     join = by(settings.join_labels)
     lvl = server_level(settings)
-    weighted = []
-    for severity, rank in SEVERITY_RANK.items():
-        matcher = f'severity="{severity}"'
-        weighted.append(f"{M_FIRING}{sel(exporter, matcher)} * {rank}")
-    worst = "\nor\n".join(weighted)
+    firing = firing_record(settings)
+    weighted = "\nor\n".join(f'{firing}{{severity="{severity}"}} * {rank}' for severity, rank in SEVERITY_RANK.items())
+    every_server = f"0 * max by ({join}) ({M_BUILD}{sel(exporter)})"
     return [
-        # 0 when nothing fires, 1 info, 2 warning, 3 critical; every server has one series (sorts the board)
-        {"record": f"{lvl}:{M_FIRING}:max_severity", "expr": f"max by ({join}) (\n{worst}\n)\n"},
-        {"record": f"{lvl}:{M_FIRING}:sum", "expr": f"sum by ({join}) ({M_FIRING}{sel(exporter)})"},
         # only what fires: a few series across the fleet where the raw family has one per signal and server
-        {"record": firing_record(settings),
-         "expr": f"max by ({join}, signal, severity) ({M_FIRING}{sel(exporter)} == 1)"},
+        {"record": firing, "expr": f"max by ({join}, signal, severity) ({M_FIRING}{sel(exporter)} == 1)"},
         {"record": f"{lvl}:{M_INFO}:max",
          "expr": (f"max by ({join}, model, format, version) (\n  {M_INFO}{sel(exporter)}\n"
                   f"  * on ({join}) group_left (version)\n  max by ({join}, version) ({M_BUILD}{sel(exporter)})\n)\n")},
+        # 0 when nothing fires, 1 info, 2 warning, 3 critical; every server has one series (sorts the board)
+        {"record": f"{lvl}:{M_FIRING}:max_severity",
+         "expr": f"max by ({join}) (\n{weighted}\n)\nor on ({join})\n{every_server}\n"},
+        {"record": f"{lvl}:{M_FIRING}:sum", "expr": f"count by ({join}) ({firing})\nor on ({join})\n{every_server}\n"},
     ]
 
 
