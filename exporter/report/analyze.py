@@ -12,7 +12,8 @@ from exporter.catalog import SIGNALS_BY_ID, runbook_url
 from exporter.config import Config
 from exporter.engine import Engine, advice_facts, verdict
 from exporter.ingest.events import as_event
-from exporter.ingest.pipeline import SourceParser, iter_file_item_lists, layouts_read
+from exporter.ingest.lines import read_blocks
+from exporter.ingest.pipeline import SourceParser, layouts_read
 from exporter.signals.advice import reconcile
 from exporter.signals.judgement import Judgement, retractions_per_minute
 from exporter.state import per_scheduler
@@ -119,20 +120,32 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
     chart = Series() if series else None
     stats = []
     first = last = None
-    last_eval = 0.0         # (set with `first`, before it is read)
+    clock = _Clock(engine, chart, step, stall)
     lines_seen = 0
     time_only = False
     ingest_row = engine.ingest_row
-    # the Rows between two evaluations or Events go to the state in one call (see ServerState.apply_rows), which
-    # times them as this loop does; `due` is when the next evaluation is (when step > 0: else at every item)
-    apply_rows = engine.state.apply_rows if step > 0 else None
-    due = math.inf
+    state = engine.state
+    # Once the clock has started, the parser hands a block's Rows to the state as it reads them (take_row),
+    # until the block's first Event; the Rows after it, between two evaluations or Events, go to the state in
+    # one call (apply_rows). Both time them as this loop does (when step > 0: else it evaluates at every item).
+    apply_rows = state.apply_rows if step > 0 else None
     untimed = []          # records before the first timestamp: they happened before it (serve gives them the
                           # time they arrive, which is also no later than the next stamped line)
     for path in paths:
         sp = SourceParser(path)
         stats.append(sp)
-        for items in iter_file_item_lists(path, config.max_line_bytes, stats=sp):
+        blocks = read_blocks(path, config.max_line_bytes)
+        items: list     # Events and Rows (events.py)
+        while True:
+            block = next(blocks, None)
+            if block is None:
+                items = sp.flush()
+            elif apply_rows is None or last is None:
+                items = sp.feed_block_items(block)
+            else:
+                state.arm_rows(last, clock.due, clock.reach)
+                items = sp.feed_block_items(block, state)
+                last = state.rows_done()
             it = iter(items)
             for item in it:
                 while item is not None:
@@ -145,16 +158,14 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                     if last is not None and now < last:
                         now = last             # lines of several ranks can interleave slightly out of order
                     if first is None:
-                        first, last_eval = now, now
-                        due = next_due(last_eval, step)
+                        first = now
+                        clock.start(now)
                         engine.state.observed_from = now
                         stamp = item[3] if row else item.time
                         time_only = stamp is not None and "T" not in stamp and "-" not in stamp
                         _replay_untimed(engine, chart, untimed, now)
-                    if now - last_eval >= step:
-                        _catch_up(engine, chart, last_eval, now, step, stall)
-                        last_eval = now
-                        due = next_due(last_eval, step)
+                    if now - clock.last_eval >= step:
+                        clock.reach(now)
                     last = now
                     if row:
                         ingest_row(item, now)
@@ -166,7 +177,9 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                                                   or ""})
                     if apply_rows is None:
                         break
-                    item, last = apply_rows(it, now, due)     # the next item it did not apply, or None
+                    item, last = apply_rows(it, now, clock.due)     # the next item it did not apply, or None
+            if block is None:
+                break
             if sp.lines - lines_seen >= 20000:
                 lines_seen = sp.lines
                 meter.update(min(total, sum(s.bytes for s in stats)), sum(s.lines for s in stats))
@@ -202,6 +215,26 @@ def next_due(last_eval: float, step: float) -> float:
     while (below := math.nextafter(due, -math.inf)) - last_eval >= step:
         due = below
     return due
+
+
+class _Clock:
+    """When `analyze` evaluates: every `step` seconds of the log's time from its first timestamp on, and at each
+    step of a silent gap (_catch_up)."""
+
+    def __init__(self, engine: Engine, chart, step: float, stall: float):
+        self.engine, self.chart, self.step, self.stall = engine, chart, step, stall
+        self.last_eval = 0.0        # (set by start, before it is read)
+        self.due = math.inf         # the least time that makes an evaluation due (next_due)
+
+    def start(self, now: float) -> None:
+        self.last_eval = now
+        self.due = next_due(now, self.step)
+
+    def reach(self, now: float) -> float:
+        """Evaluate up to `now` (an evaluation is due at it); returns when the next one is due."""
+        _catch_up(self.engine, self.chart, self.last_eval, now, self.step, self.stall)
+        self.start(now)
+        return self.due
 
 
 def _replay_untimed(engine: Engine, chart, untimed: list, now: float) -> None:
