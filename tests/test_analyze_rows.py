@@ -13,7 +13,6 @@ import pytest
 
 from exporter.config import Config
 from exporter.ingest.grammar import Parser
-from exporter.ingest.pipeline import SourceParser
 from exporter.report.analyze import analyze, next_due
 from exporter.state import ServerState
 
@@ -64,59 +63,34 @@ def _shuffled_times(text: str, seed: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def _no_taker(feed):
-    """SourceParser.feed_block_items with no row taker: every Row of the block comes back in the list."""
-    def untaken(self, block, taker=None):
-        return feed(self, block)
-    return untaken
-
-
 @pytest.mark.parametrize("interval", [5.0, 0.7, 30.0])
 def test_rows_applied_in_runs_give_the_report_of_one_at_a_time(tmp_path, monkeypatch, interval):
     """The whole report, charts included, of a generated tp=4 log (start-ups, crashes, restarts, every TP rank's
-    batch lines, request logs, access lines) with shuffled times: the same whether the parser hands the Rows
-    to the state as it reads them (take_row), the state takes the Rows between two evaluations in one call
-    (apply_rows) or one at a time."""
+    batch lines, request logs, access lines) with shuffled times: the same whether the state takes the Rows
+    between two evaluations in one call or one at a time."""
     log = tmp_path / "gen.log"
     genlog.write(5000, str(log), seed=11)
     mixed = tmp_path / "mixed.log"
     mixed.write_text(_shuffled_times(log.read_text(), seed=interval))
     config = Config(evaluate_interval=interval)
-    taken = []
     in_runs = []
-    apply_rows, rows_done = ServerState.apply_rows, ServerState.rows_done
-    feed = SourceParser.feed_block_items
+    apply_rows = ServerState.apply_rows
 
     def counted(self, items, last, due):
         before = sum(self.events_total.values())
         stop, last = apply_rows(self, items, last, due)
         in_runs.append(sum(self.events_total.values()) - before)
         return stop, last
-
-    def counted_taken(self):
-        before = sum(self.events_total.values())
-        last = rows_done(self)
-        taken.append(sum(self.events_total.values()) - before)
-        return last
     for path in (log, mixed):
         with monkeypatch.context() as m:
-            m.setattr(ServerState, "rows_done", counted_taken)
+            m.setattr(ServerState, "apply_rows", counted)
             fast = analyze([str(path)], config, progress=False, series=True)
         with monkeypatch.context() as m:
-            m.setattr(SourceParser, "feed_block_items", _no_taker(feed))
-            m.setattr(ServerState, "apply_rows", counted)
-            runs = analyze([str(path)], config, progress=False, series=True)
-        with monkeypatch.context() as m:
-            m.setattr(SourceParser, "feed_block_items", _no_taker(feed))
             m.setattr(ServerState, "apply_rows", _one_at_a_time)
             slow = analyze([str(path)], config, progress=False, series=True)
         assert fast == slow
-        assert runs == slow
         assert len(fast["series"]["t"]) > 20
-    # many went to the state from the parser's loop (not all: a block's Rows after its first Event come back as
-    # tuples, and this short log has many Events)
-    assert sum(taken) > 0.4 * 2 * 5000
-    assert sum(in_runs) > 0.6 * 2 * 5000        # and without it, through the runs
+    assert sum(in_runs) > 0.6 * 2 * 5000        # most lines went through the runs
 
 
 def _lines(rng: random.Random, n: int) -> list[str]:

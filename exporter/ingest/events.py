@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import json.encoder
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 # Every kind the parser can emit. Order is documentation order.
 KINDS = (
@@ -77,27 +76,6 @@ class Event:
 # (queue_req, running_req, token usage, gen_throughput, cuda_graph), each None when the line does not print it
 # (throughput and graph: decode lines only). The others are access lines and request logs, which the engine
 # only counts.
-
-
-class RowTaker(Protocol):
-    """What the parser hands Rows to in its own loop when `analyze` gives it one (`Parser.feed_items`): the
-    state (state/rows.py, BatchRows). No tuple is built and no second loop runs over the Rows.
-
-    Most Rows need only counting, or keeping as their rank's latest unread line of their layout: `quiet_rows`
-    names them, layout -> {id(rank dict): (index in `row_counts`, None or the rank whose `unread` dict keeps
-    the line)}, and the parser does that itself, timing each line by `rows_last` (the latest time so far) and
-    `rows_batch_t` (the latest batch line's) as `take_row` would. Any other Row, any line whose time reaches
-    `rows_due` (an evaluation is due first) and a rank with no `unread` dict go to `take_row(layout, text, ts,
-    time, rank, line)`, the three times kept up to date both ways. The parser stops at the block's first
-    Event: the Rows after it come back as tuples, after it."""
-    quiet_rows: dict
-    row_counts: list[int]
-    rows_last: float
-    rows_due: float
-    rows_batch_t: float | None
-
-    def take_row(self, layout: Any, text: str, ts: float | None, time: str | None, rank: dict, line: int
-                 ) -> None: ...
 
 
 def as_event(item) -> Event:

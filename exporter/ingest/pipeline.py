@@ -5,7 +5,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from exporter.ingest.containers import ContainerDecoder
-from exporter.ingest.events import Event, RowTaker, as_event
+from exporter.ingest.events import Event, as_event
 from exporter.ingest.grammar import SGLANG_LAYOUT, Parser
 from exporter.ingest.lines import Block, read_blocks  # (not via follower.py: `analyze` and `parse` follow no file)
 
@@ -20,10 +20,9 @@ class SourceParser:
         self.bytes = 0      # approximate (decoded text + newline): for progress meters
         self.cut = 0
 
-    def feed_block_items(self, block: Block, taker: RowTaker | None = None) -> list:
+    def feed_block_items(self, block: Block) -> list:
         """Lines in bulk -> Events and rows (events.py): a plain-text source goes straight to the parser,
-        with no object per line, and the lines of its learned layouts stay rows (or go to `taker`, while the
-        block has given nothing else: events.RowTaker)."""
+        with no object per line, and the lines of its learned layouts stay rows."""
         texts = block.texts
         self.lines += len(texts)
         self.cut += block.cuts
@@ -36,7 +35,7 @@ class SourceParser:
                 out += self.parser.feed(rec.text, rec.lineno, rec.time)
             i += 1
         if i < n:
-            out += self.parser.feed_items(texts[i:] if i else texts, block.first + i, None if out else taker)
+            out += self.parser.feed_items(texts[i:] if i else texts, block.first + i)
         return out
 
     def flush(self) -> list[Event]:

@@ -12,8 +12,7 @@ from exporter.catalog import SIGNALS_BY_ID, runbook_url
 from exporter.config import Config
 from exporter.engine import Engine, advice_facts, verdict
 from exporter.ingest.events import as_event
-from exporter.ingest.lines import read_blocks
-from exporter.ingest.pipeline import SourceParser, layouts_read
+from exporter.ingest.pipeline import SourceParser, iter_file_item_lists, layouts_read
 from exporter.signals.advice import reconcile
 from exporter.signals.judgement import Judgement, retractions_per_minute
 from exporter.state import per_scheduler
@@ -120,32 +119,20 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
     chart = Series() if series else None
     stats = []
     first = last = None
-    clock = _Clock(engine, chart, step, stall)
+    last_eval = 0.0         # (set with `first`, before it is read)
     lines_seen = 0
     time_only = False
     ingest_row = engine.ingest_row
-    state = engine.state
-    # Once the clock has started, the parser hands a block's Rows to the state as it reads them (take_row),
-    # until the block's first Event; the Rows after it, between two evaluations or Events, go to the state in
-    # one call (apply_rows). Both time them as this loop does (when step > 0: else it evaluates at every item).
-    apply_rows = state.apply_rows if step > 0 else None
+    # the Rows between two evaluations or Events go to the state in one call (see ServerState.apply_rows), which
+    # times them as this loop does; `due` is when the next evaluation is (when step > 0: else at every item)
+    apply_rows = engine.state.apply_rows if step > 0 else None
+    due = math.inf
     untimed = []          # records before the first timestamp: they happened before it (serve gives them the
                           # time they arrive, which is also no later than the next stamped line)
     for path in paths:
         sp = SourceParser(path)
         stats.append(sp)
-        blocks = read_blocks(path, config.max_line_bytes)
-        items: list     # Events and Rows (events.py)
-        while True:
-            block = next(blocks, None)
-            if block is None:
-                items = sp.flush()
-            elif apply_rows is None or last is None:
-                items = sp.feed_block_items(block)
-            else:
-                state.arm_rows(last, clock.due, clock.reach)
-                items = sp.feed_block_items(block, state)
-                last = state.rows_done()
+        for items in iter_file_item_lists(path, config.max_line_bytes, stats=sp):
             it = iter(items)
             for item in it:
                 while item is not None:
@@ -158,14 +145,16 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                     if last is not None and now < last:
                         now = last             # lines of several ranks can interleave slightly out of order
                     if first is None:
-                        first = now
-                        clock.start(now)
+                        first, last_eval = now, now
+                        due = next_due(last_eval, step)
                         engine.state.observed_from = now
                         stamp = item[3] if row else item.time
                         time_only = stamp is not None and "T" not in stamp and "-" not in stamp
                         _replay_untimed(engine, chart, untimed, now)
-                    if now - clock.last_eval >= step:
-                        clock.reach(now)
+                    if now - last_eval >= step:
+                        _catch_up(engine, chart, last_eval, now, step, stall)
+                        last_eval = now
+                        due = next_due(last_eval, step)
                     last = now
                     if row:
                         ingest_row(item, now)
@@ -177,9 +166,7 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                                                   or ""})
                     if apply_rows is None:
                         break
-                    item, last = apply_rows(it, now, clock.due)     # the next item it did not apply, or None
-            if block is None:
-                break
+                    item, last = apply_rows(it, now, due)     # the next item it did not apply, or None
             if sp.lines - lines_seen >= 20000:
                 lines_seen = sp.lines
                 meter.update(min(total, sum(s.bytes for s in stats)), sum(s.lines for s in stats))
@@ -215,26 +202,6 @@ def next_due(last_eval: float, step: float) -> float:
     while (below := math.nextafter(due, -math.inf)) - last_eval >= step:
         due = below
     return due
-
-
-class _Clock:
-    """When `analyze` evaluates: every `step` seconds of the log's time from its first timestamp on, and at each
-    step of a silent gap (_catch_up)."""
-
-    def __init__(self, engine: Engine, chart, step: float, stall: float):
-        self.engine, self.chart, self.step, self.stall = engine, chart, step, stall
-        self.last_eval = 0.0        # (set by start, before it is read)
-        self.due = math.inf         # the least time that makes an evaluation due (next_due)
-
-    def start(self, now: float) -> None:
-        self.last_eval = now
-        self.due = next_due(now, self.step)
-
-    def reach(self, now: float) -> float:
-        """Evaluate up to `now` (an evaluation is due at it); returns when the next one is due."""
-        _catch_up(self.engine, self.chart, self.last_eval, now, self.step, self.stall)
-        self.start(now)
-        return self.due
 
 
 def _replay_untimed(engine: Engine, chart, untimed: list, now: float) -> None:

@@ -42,14 +42,7 @@ class BatchRows(StatePart):
     _row_slots: dict           # layout -> {id(rank dict): its slot} (_row_slot)
     _slot_ranks: list[dict]    # the rank dicts of those slots
     _row_kinds: list[str]      # the kinds of the Rows seen, in the order seen
-    row_counts: list[int]     # Rows of each of them that apply_rows counted and has not added to events_total
-    # take_row's clock (arm_rows): the latest time so far, when the next evaluation is due, what runs it, and
-    # the time of the latest batch line taken since the counts were last added
-    rows_last: float
-    rows_due: float
-    rows_batch_t: float | None
-    _row_clock: Any
-    quiet_rows: dict           # the slots of Rows the parser applies itself (events.RowTaker)
+    _row_counts: list[int]     # Rows of each of them that apply_rows counted and has not added to events_total
     # classify's thresholds and limits (None: the signal is inactive; _cap is None whenever _cap_fraction is)
     _min_queue: Any
     _max_queue: Any
@@ -108,7 +101,7 @@ class BatchRows(StatePart):
         The loop of `analyze`: every Row of a log passes here, so apply_row is inlined for what most Rows do
         (count, and leave a batch line unread), the slots are one dict look-up each, the counts go to
         events_total once per run, and so do last_batch_t and last_progress_t (nothing reads them in between)."""
-        slots, counts = self._row_slots, self.row_counts
+        slots, counts = self._row_slots, self._row_counts
         batch_t = None
         stop = None
         for item in items:
@@ -145,66 +138,15 @@ class BatchRows(StatePart):
                     unread[shape] = item[1]
             else:
                 self._sample(rv, shape, item[1], last)
-        self._addrow_counts()
-        if batch_t is not None:
-            self.last_batch_t = self.last_progress_t = batch_t
-        return stop, last
-
-    def arm_rows(self, last: float, due: float, clock) -> None:
-        """Time the next rows take_row takes as apply_rows times them: from `last` on; at the first one whose
-        time reaches `due`, `clock(time)` is called first (it evaluates up to that time, with everything taken so
-        far in the state, and returns when the next evaluation is due)."""
-        self.rows_last, self.rows_due, self._row_clock = last, due, clock
-
-    def take_row(self, layout, text: str, ts: float | None, time: str | None, rank: dict, line: int) -> None:
-        """apply_rows for one Row that the parser hands over as its values, timed by arm_rows (events.RowTaker:
-        the parser applies the quiet ones itself, as this does). rows_done adds the counts."""
-        if ts is not None and ts > self.rows_last:
-            if ts >= self.rows_due:
-                self.rows_done()
-                self.rows_due = self._row_clock(ts)
-            self.rows_last = ts
-        try:
-            code, k, rv, tune = self._row_slots[layout][id(rank)]
-        except KeyError:
-            code, k, rv, tune = self._row_slot(layout, rank)
-        self.row_counts[k] += 1
-        if code == COUNT:
-            return
-        now = self.rows_last
-        if code == ACCESS:
-            self.outcomes.access("POST", int(text[layout.post_status]), now)
-            return
-        self.rows_batch_t = now
-        if tune:
-            self._tuning_row(layout, layout.kind, (layout, text, ts, time, rank, line), now)
-        if code == GAUGE:
-            unread = rv.unread          # as in apply_row
-            if unread is None:
-                rv.unread = {layout: text}
-                self._unread.append(rv)
-            else:
-                unread.pop(layout, None)
-                unread[layout] = text
-        else:
-            self._sample(rv, layout, text, now)
-
-    def rows_done(self) -> float:
-        """Add what take_row took to events_total, last_batch_t and last_progress_t (nothing reads them in
-        between); returns the latest time so far."""
-        self._addrow_counts()
-        if self.rows_batch_t is not None:
-            self.last_batch_t = self.last_progress_t = self.rows_batch_t
-            self.rows_batch_t = None
-        return self.rows_last
-
-    def _addrow_counts(self) -> None:
-        counts, events = self.row_counts, self.events_total
+        events = self.events_total
         for k, n in enumerate(counts):
             if n:
                 kind = self._row_kinds[k]
                 events[kind] = events.get(kind, 0) + n
                 counts[k] = 0
+        if batch_t is not None:
+            self.last_batch_t = self.last_progress_t = batch_t
+        return stop, last
 
     def _row_slot(self, shape, rank: dict) -> tuple:
         """What a Row of this layout and rank does: (COUNT, GAUGE or SAMPLE, the index of its kind in
@@ -217,7 +159,7 @@ class BatchRows(StatePart):
         except ValueError:      # a handful of kinds in all (events.KINDS)
             k = len(self._row_kinds)
             self._row_kinds.append(kind)
-            self.row_counts.append(0)
+            self._row_counts.append(0)
         rv: RankValues | None = None
         # an access line's layout knows whether its lines answered a POST (layouts._EventLayout.post_status)
         code, tune = (ACCESS if kind == "http_access" and shape.post_status is not None else COUNT), False
@@ -231,11 +173,6 @@ class BatchRows(StatePart):
         if by_rank is None:
             by_rank = self._row_slots[shape] = {}
         by_rank[id(rank)] = slot = (code, k, rv, tune)
-        if code == COUNT or code == GAUGE and not tune:
-            quiet = self.quiet_rows.get(shape)
-            if quiet is None:
-                quiet = self.quiet_rows[shape] = {}
-            quiet[id(rank)] = (k, rv)
         self._slot_ranks.append(rank)    # alive while its slot is: no other dict can take its id meanwhile
         return slot
 
@@ -247,7 +184,6 @@ class BatchRows(StatePart):
     def _forget_row_slots(self) -> None:
         """Every slot is learned again from the next Row on (the leaders or the rank table changed)."""
         self._row_slots.clear()
-        self.quiet_rows.clear()     # (in place: the parser holds it during a block)
         self._slot_ranks.clear()
 
     def _batch_rank(self, rank: dict) -> tuple[RankValues, bool]:
@@ -326,7 +262,6 @@ class BatchRows(StatePart):
                         text, row[2], row[3], row[4], row[5]).fields) or True) if reads else False
                     if not reads:
                         self._row_slots.pop(shape, None)     # its slots no longer call this
-                        self.quiet_rows.pop(shape, None)
                         return
             else:
                 values = read(text)

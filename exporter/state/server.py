@@ -12,9 +12,7 @@ buckets, and the numbers of a line that is not a sample are read only when someo
 """
 from __future__ import annotations
 
-import math
 from collections import Counter, deque
-from typing import Any
 
 from exporter.catalog import COUNT_MAX, SIGNALS_BY_ID
 from exporter.ingest.events import Event
@@ -68,12 +66,7 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed, ServingFeed):
         self._row_slots: dict = {}      # what a Row of a layout and rank does (BatchRows._row_slot)
         self._slot_ranks: list[dict] = []
         self._row_kinds: list[str] = []
-        self.row_counts: list[int] = []
-        self.quiet_rows: dict = {}      # the slots of Rows that are only counted or left unread (take_row)
-        self.rows_last = 0.0            # take_row's clock (arm_rows)
-        self.rows_due = math.inf
-        self.rows_batch_t: float | None = None
-        self._row_clock: Any = None
+        self._row_counts: list[int] = []
         self._schedulers: dict | None = None   # per_scheduler(self.ranks), until the rank table changes
         window = {sid: (SIGNALS_BY_ID[sid].window_seconds) for sid in SIGNALS_BY_ID}
         # every batch sample is judged by these five signals over one window: one HitWindow counts them all

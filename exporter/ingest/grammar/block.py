@@ -4,9 +4,9 @@ Parser, as scanning.py describes it)."""
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from exporter.ingest.events import Event, RowTaker
+from exporter.ingest.events import Event
 from exporter.ingest.grammar.layouts import (
     _SKELETON,
     HEAD_CHARS,
@@ -30,11 +30,10 @@ if TYPE_CHECKING:      # (the parser calls these with itself: they see it as sca
 
 
 
-def feed_items(p: Scanning, texts: list[str], first: int, taker: RowTaker | None = None) -> list:
+def feed_items(p: Scanning, texts: list[str], first: int) -> list:
     """`feed_lines`, except that a line of a learned layout stays a Row (events.py): the block path
     of `analyze`, `parse` and `serve`, where most lines are batch lines and Event objects would cost more
-    than reading them. With `taker` (events.RowTaker), the Rows before the block's first Event go to it, not
-    to the list."""
+    than reading them."""
     out: list = []
     if not p._shapes:
         for lineno, text in enumerate(texts, first):
@@ -64,11 +63,6 @@ def feed_items(p: Scanning, texts: list[str], first: int, taker: RowTaker | None
     # would cost more than the rest of their reading, and go straight to their heads.
     longest = min(p._layout_len, MAX_SKELETON_CHARS)
     pending = p._pending is not None    # (only the generic path sets it)
-    take: Any = None
-    rows = cast("RowTaker", taker)      # (read only where `take` is set, so not None there)
-    if taker is not None:
-        take, quiet, counts = taker.take_row, taker.quiet_rows, taker.row_counts
-        last, due, batch_t = taker.rows_last, taker.rows_due, taker.rows_batch_t
     append = out.append
     lineno = first - 1
     for text in texts:
@@ -112,7 +106,6 @@ def feed_items(p: Scanning, texts: list[str], first: int, taker: RowTaker | None
                     p._feed_safely(text, lineno, out, m)
                     last_shape = None           # it may have set the format family, or learned a shape
                     if len(out) > n:
-                        take = None             # (the Rows after an Event follow it in the list)
                         found = p._found
                         if found is not None and found[0] == lineno:
                             _learn_custom_layout(p, text, found, out[-1])
@@ -131,8 +124,6 @@ def feed_items(p: Scanning, texts: list[str], first: int, taker: RowTaker | None
         if pending:
             out += p.flush()
             pending = False
-            if out:
-                take = None
         dt = text[dts]
         if dt != last_dt:
             last_dt, last_frac = dt, None
@@ -150,44 +141,13 @@ def feed_items(p: Scanning, texts: list[str], first: int, taker: RowTaker | None
                 p.format_family = sh.family or p._family(sh.sep, sh.has_iter, sh.trailing,
                                                                sh.has_graph, False, False)
         if fs is None or last_ts is None:
-            ts, iso = last_ts, last_iso
+            append((layout, text, last_ts, last_iso, rank, lineno))
         else:
             frac = text[fs]
             if frac != last_frac:
                 last_frac = frac
                 frac_ts, frac_iso = last_ts + int(frac) / 10 ** len(frac), f"{last_iso}.{frac}"
-            ts, iso = frac_ts, frac_iso
-        if take is None:
-            append((layout, text, ts, iso, rank, lineno))
-            continue
-        # what the taker does to most Rows, done here (events.RowTaker)
-        if ts is not None and ts > last:
-            if ts >= due:
-                by_rank = None      # an evaluation first: take_row calls it
-            else:
-                last = ts
-                by_rank = quiet.get(layout)
-        else:
-            by_rank = quiet.get(layout)
-        if by_rank is not None:
-            slot = by_rank.get(id(rank))
-            if slot is not None:
-                k, rv = slot
-                if rv is None:      # only counted
-                    counts[k] += 1
-                    continue
-                unread = rv.unread
-                if unread is not None:      # its rank's latest line of its layout, unread
-                    counts[k] += 1
-                    unread.pop(layout, None)
-                    unread[layout] = text
-                    batch_t = last
-                    continue
-        rows.rows_last, rows.rows_batch_t = last, batch_t
-        take(layout, text, ts, iso, rank, lineno)
-        last, due, batch_t = rows.rows_last, rows.rows_due, rows.rows_batch_t
-    if taker is not None:
-        taker.rows_last, taker.rows_batch_t = last, batch_t
+            append((layout, text, frac_ts, frac_iso, rank, lineno))
     if last_shape is not None:
         last_shape.count += lineno + 1 - run_start
     p._row_time = last_dt, last_ts, last_iso

@@ -9,7 +9,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from itertools import chain
 
-from exporter.ingest.events import EMPTY_RANK, Event, RowTaker, as_event
+from exporter.ingest.events import EMPTY_RANK, Event, as_event
 from exporter.ingest.grammar import anchored, block
 from exporter.ingest.grammar.layouts import _Tally
 from exporter.ingest.grammar.messages import (
@@ -115,10 +115,9 @@ class Parser:
             self.unparsed["malformed"] += 1
         return out
 
-    def feed_items(self, texts: list[str], first: int, taker: RowTaker | None = None) -> list:
-        """`feed_lines`, except that a line of a learned layout stays a Row (events.py), or goes to `taker`
-        (events.RowTaker): see block.py."""
-        return block.feed_items(self, texts, first, taker)
+    def feed_items(self, texts: list[str], first: int) -> list:
+        """`feed_lines`, except that a line of a learned layout stays a Row (events.py): see block.py."""
+        return block.feed_items(self, texts, first)
 
     def feed_lines(self, texts: list[str], first: int) -> list[Event]:
         """Consecutive lines of a plain-text source (line `first` first) -> the Events they complete."""
