@@ -147,8 +147,8 @@ def native_tests(settings: RuleSettings, a: Alert) -> list[dict]:
                             "values": values_text(counter(n, steps))})
             tests.append({"name": f"{a.name}: old time_per_output_token_seconds histogram", "interval": iv,
                           "input_series": old,
-                          "alert_rule_test": [alert_case(a.name, step + f + 2 * step, [expected_alert(a, out_labels(pod_c),
-                                                                               thr * 1.99)])]})
+                          "alert_rule_test": [alert_case(a.name, step + f + 2 * step,
+                                                         [expected_alert(a, out_labels(pod_c), thr * 1.99)])]})
         return tests
     if a.name in ("SGLangNativeErrorRate", "SGLangNativeErrorsNearlyAll"):
         return _error_tests(a, f, step, iv, out_labels, pod_a, pod_b, pod_c, base)
