@@ -47,11 +47,10 @@ def _check_input(path: str) -> str | None:
 def cmd_parse(args) -> int:
     from exporter.ingest.events import JsonLines
     from exporter.ingest.pipeline import SourceParser, iter_file_item_lists, layouts_read
-    for path in args.files:
-        problem = _check_input(path)
-        if problem:
-            _err(problem)
-            return EXIT_USAGE
+    problem = next(filter(None, map(_check_input, args.files)), None)
+    if problem:
+        _err(problem)
+        return EXIT_USAGE
     out = sys.stdout
     dumps = JsonLines()
     stats = []
@@ -132,11 +131,10 @@ def _config(args, origins: dict | None = None, **extra):
 def cmd_analyze(args) -> int:
     from exporter.report.analyze import analyze
     from exporter.report.text import render_text
-    for path in args.files:
-        problem = _check_input(path)
-        if problem:
-            _err(problem)
-            return EXIT_USAGE
+    problem = next(filter(None, map(_check_input, args.files)), None)
+    if problem:
+        _err(problem)
+        return EXIT_USAGE
     problem = _check_output(args.output, args.format)
     if problem:
         _err(problem)
