@@ -132,10 +132,10 @@ def native_tests(settings: RuleSettings, a: Alert) -> list[dict]:
                                "values": values_text(counter(n, steps))})
         tests = [{"name": f"{a.name}: p99 1.99x the objective fires, 0.995x does not", "interval": iv,
                   "input_series": series,
-                  # the alert reads the quantile record, which reads the bucket-rate record (two groups), each
-                  # possibly one evaluation older: certain before `for` has passed, certain two intervals after
+                  # the alert reads the latency group's record, which may be one evaluation older: certain
+                  # before `for` has passed, certain one interval after
                   "alert_rule_test": [alert_case(a.name, step + f - step, []),
-                                      alert_case(a.name, step + f + 2 * step,
+                                      alert_case(a.name, step + f + step,
                                                  [expected_alert(a, out_labels(pod_a), thr * 1.99)])]}]
         if a.name == "SGLangNativeInterTokenLatencyHigh":
             # SGLang < 0.4.4: the old histogram name is used when the new one is missing
@@ -147,8 +147,8 @@ def native_tests(settings: RuleSettings, a: Alert) -> list[dict]:
                             "values": values_text(counter(n, steps))})
             tests.append({"name": f"{a.name}: old time_per_output_token_seconds histogram", "interval": iv,
                           "input_series": old,
-                          "alert_rule_test": [alert_case(a.name, step + f + 2 * step,
-                                                         [expected_alert(a, out_labels(pod_c), thr * 1.99)])]})
+                          "alert_rule_test": [alert_case(a.name, step + f + step, [expected_alert(a, out_labels(pod_c),
+                                                                               thr * 1.99)])]})
         return tests
     if a.name in ("SGLangNativeErrorRate", "SGLangNativeErrorsNearlyAll"):
         return _error_tests(a, f, step, iv, out_labels, pod_a, pod_b, pod_c, base)

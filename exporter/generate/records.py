@@ -117,12 +117,8 @@ def latency_record_sources(settings: RuleSettings) -> dict[str, tuple]:
 
 
 def latency_groups(settings: RuleSettings) -> list[dict]:
-    """Two groups per SGLang latency histogram: `sglang-native.latency-<value>-rates` records its buckets' rate
-    per server (the one pass over the raw buckets), `sglang-native.latency-<value>` every quantile from that
-    record. Groups run concurrently and a group's rules one after another, so the split halves the longest
-    evaluation (at 1,000 servers on 2 cores, 0.55 s for the raw pass and 0.2 s per quantile over the 29k
-    recorded series: 1.35 s together, `bench/fleet.py`). The price: a quantile reads the bucket rates recorded
-    up to one interval (1m) before, on a 5m window."""
+    """One group per SGLang latency histogram (groups run concurrently): its buckets' rate per server, recorded
+    once, then every quantile from that small record (rules of a group run in order, at one timestamp)."""
     sglang = sel(settings.sglang_selector)
     w = settings.window(settings.rate_window)
     group = by(settings.join_labels + settings.native_keep_labels)
@@ -135,10 +131,9 @@ def latency_groups(settings: RuleSettings) -> list[dict]:
         if older:
             rates = f"# SGLang before 0.4.4 named it {older[0].split(':')[1]}\n" + rates
         buckets = bucket_record(settings, newest)
-        groups.append({"name": f"sglang-native.latency-{value}-rates", **record_interval(settings),
-                       "rules": [{"record": buckets, "expr": rates + "\n"}]})
-        rules = [{"record": quantile_record(settings, newest, q), "expr": f"histogram_quantile({num(q)}, {buckets})"}
-                 for q in QUANTILES]
+        rules = [{"record": buckets, "expr": rates + "\n"}]
+        rules += [{"record": quantile_record(settings, newest, q), "expr": f"histogram_quantile({num(q)}, {buckets})"}
+                  for q in QUANTILES]
         rules += [{"record": quantile_record(settings, newest, q, per_model),
                    "expr": f"histogram_quantile({num(q)},\n  sum by (le, {by(per_model)}) ({buckets})\n)\n"}
                   for q in MODEL_QUANTILES]
