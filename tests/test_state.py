@@ -149,6 +149,17 @@ def test_count_window_keeps_the_sum_a_loop_over_its_buckets_gives():
     assert len(w.items) <= 7        # one bucket per 10 s of the last minute, at most
 
 
+def test_a_cleared_count_window_sums_to_zero_and_counts_again():
+    # a new start-up clears the windows: the kept sum goes with the buckets, or the next evaluation would read
+    # the last process's errors from an empty window
+    w = CountWindow(60, 10.0)
+    w.add(T0, 5.0)
+    w.clear()
+    assert (w.total, w.weight_since(T0 - 60)) == (0.0, 0.0)
+    w.add(T0 + 1, 2.0)
+    assert w.weight_since(T0 - 60) == 2.0
+
+
 def test_ranks_bounded_with_other_bucket():
     st = ServerState(Config(profile="offline").signal_params())
     for tp in range(200):

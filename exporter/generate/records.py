@@ -55,14 +55,13 @@ def exporter_recording_rules(settings: RuleSettings) -> list[dict]:
         ("namespace_pod", M_READ, f"sum by ({c}namespace, pod) (rate({M_READ}{exporter}[{w}]))", rate_ops),
         ("namespace_pod_reason", M_UNPARSED,
          f"sum by ({c}namespace, pod, reason) (rate({M_UNPARSED}{exporter}[{w}]))", rate_ops),
-        # per server (its identity, instance and job): the detail board's "Events recognised" reads it
-        (f"{server_level(settings)}_kind", M_EVENTS, f"sum by ({join}, kind) (rate({M_EVENTS}{exporter}[{w}]))",
-         rate_ops),
     ]
     out = []
     for level, metric, expr, ops in rules:
         base = metric[:-len("_total")] if metric.endswith("_total") else metric
         out.append({"record": f"{level}:{base}:{ops}", "expr": expr + "\n" if "\n" in expr else expr})
+    # per server (its identity, instance and job): the detail board's "Events recognised" reads it
+    out.append({"record": events_record(settings), "expr": f"sum by ({join}, kind) (rate({M_EVENTS}{exporter}[{w}]))"})
     return out
 
 

@@ -147,7 +147,4 @@ class LogTuning:
     def clear(self) -> None:
         """A new start-up: what the last process's lines said no longer counts."""
         for w in self.windows:
-            if isinstance(w, TimeWindow):
-                w.items.clear()
-            else:
-                w.clear()
+            w.clear()

@@ -133,6 +133,9 @@ class TimeWindow:
         while self.items and self.items[0][0] < edge:
             self.items.popleft()
 
+    def clear(self) -> None:
+        self.items.clear()
+
     def weight_since(self, t0: float) -> float:
         """Total weight of events at or after t0. Items are in time order, so only those are visited (newest
         first; the weights are counts, whole numbers, so the order of the additions does not matter)."""
@@ -185,6 +188,10 @@ class CountWindow(TimeWindow):
         items = self.items
         while items and items[0][0] < edge:
             self.total -= items.popleft()[1]
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.total = 0.0
 
     def weight_since(self, t0: float) -> float:
         items = self.items
