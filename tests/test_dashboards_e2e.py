@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import free_port, require_tool, wait_until
 
 from exporter import catalog
@@ -304,8 +305,23 @@ def rule_files(workdir: Path) -> list[str]:
     from exporter.generate import slo
     objectives = workdir / "sglang-slo.rules.yml"
     objectives.write_text(slo.render(Config(slo=slo.example_objectives()))[f"alerts/{slo.SLO_RULES}"])
-    return [str(ROOT / "alerts" / "sglang-exporter.rules.yml"), str(ROOT / "alerts" / "sglang-native.rules.yml"),
-            str(objectives)]
+    return [str(_every_second(ROOT / "alerts" / "sglang-exporter.rules.yml", workdir)),
+            str(_every_second(ROOT / "alerts" / "sglang-native.rules.yml", workdir)), str(objectives)]
+
+
+def _every_second(path: Path, workdir: Path) -> Path:
+    """A copy of a committed rule file whose groups all run at the global 1 s evaluation interval.
+
+    The windowed recording groups run every minute (their `interval:`) at an offset Prometheus hashes from the
+    group's name, so their first evaluation can come before a second scrape exists for `rate()` and the next one
+    a minute later: past this test's deadline. What is checked here is that every panel reads a series the rules
+    record, not the groups' cadence (which promtool and test_alerts check)."""
+    rules = yaml.safe_load(path.read_text())
+    for group in rules["groups"]:
+        group.pop("interval", None)
+    copy = workdir / path.name
+    copy.write_text(yaml.safe_dump(rules, sort_keys=False))
+    return copy
 
 
 class Prometheus:
