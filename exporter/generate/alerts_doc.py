@@ -6,6 +6,7 @@ from exporter.generate.alertmanager import BLINDING_ALERTS
 from exporter.generate.records import (
     RECORD_INTERVAL,
     exporter_recording_rules,
+    firing_rule,
     latency_groups,
     native_recording_rules,
     record_interval,
@@ -117,7 +118,10 @@ def alerts_md(settings: RuleSettings) -> str:
               "the raw buckets reads them once per quantile (4x for p50, p90, p99 and the model p99; 2x with p99 "
               "alone), so the record is the cheapest in work at the price of one series per bucket and server "
               "(`python bench/fleet.py --latency-alternatives` measures the three side by side). "
-              "`sglang-exporter.servers` reads the raw signal states once (the firing record) and "
+              "The signals group records the raw signal states once per evaluation as the firing signals alone "
+              "(its first rule, the firing record); every signal alert reads its firing side from that record, "
+              "one select of the raw family where each alert made two. "
+              "`sglang-exporter.servers` reads the firing record and "
               "keeps one small series per server (worst firing severity: 0 none, 1 info, 2 warning, 3 critical; "
               "signals firing; the inventory with model, format and version) and one per firing signal, for the "
               "fleet board and its variables. "
@@ -135,7 +139,8 @@ def alerts_md(settings: RuleSettings) -> str:
     every = record_interval(settings).get("interval", "global")
     windowed = {r["record"] for r in exporter_recording_rules(settings)}
     windowed |= {r["record"] for g in latency_groups(settings) for r in g["rules"]}
-    for r in exporter_recording_rules(settings) + server_rules(settings) + native_recording_rules(settings):
+    for r in [*exporter_recording_rules(settings), firing_rule(settings), *server_rules(settings),
+              *native_recording_rules(settings)]:
         expr = " ".join(r["expr"].split()).replace("|", "\\|")
         lines.append(f"| `{r['record']}` | `{expr}` | {every if r['record'] in windowed else 'global'} |")
     lines += objectives_md(settings)

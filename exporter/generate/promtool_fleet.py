@@ -21,6 +21,7 @@ from exporter.generate.records import (
     RECORDED_HISTOGRAMS,
     SEVERITY_RANK,
     bucket_record,
+    firing_rule,
     model_labels,
     quantile_record,
     server_level,
@@ -100,7 +101,7 @@ def server_recording_tests(settings: RuleSettings) -> dict:
         series.append({"series": series_text(M_BUILD, {**lab, "version": "1.2.0", "python": "3.11"}),
                        "values": values_text([1] * steps)})
     lvl = server_level(settings)
-    records = [r["record"] for r in server_rules(settings)]
+    records = [r["record"] for r in [firing_rule(settings), *server_rules(settings)]]
     expected = {
         f"{lvl}:{M_FIRING}:max_severity": [(lab, max([SEVERITY_RANK[sev] * v for _, sev, v in firing[key]]))
                                             for key, lab in targets.items()],

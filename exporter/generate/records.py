@@ -149,14 +149,25 @@ def firing_record(settings: RuleSettings) -> str:
     return f"{server_level(settings)}_signal:{M_FIRING}:max"
 
 
+def firing_rule(settings: RuleSettings) -> dict:
+    """Only what fires: a few series across the fleet where the raw family has one per signal and server. The
+    first rule of the signals group: every signal alert reads its firing side here, one select of the raw family
+    per evaluation where each alert used to make two (at 1,000 servers the alerts and the server roll-ups read
+    half the series they did: bench/fleet.py)."""
+    # `without ()`: every label kept, the target's beyond the identity ones too (container, endpoint): they are
+    # the signal alerts' labels, as when the alerts read the raw family
+    return {"record": firing_record(settings),
+            "expr": f"max without () ({M_FIRING}{sel(settings.exporter_selector)} == 1)"}
+
+
 def server_rules(settings: RuleSettings) -> list[dict]:
     """Small per-server series the fleet board, its variables and the overview read instead of every signal of
     every server: the firing signals alone, an inventory (one series per server carrying its model and
     release) for cluster -> namespace -> model -> server, the worst firing severity and how many signals fire.
 
-    Only the first rule reads the raw family (a series per signal and server: 19k at 1,000 servers); the worst
-    severity and the count read its few firing series (a group's rules run in order, each seeing the ones
-    before), with every server given its 0 from the one build_info series it always exports."""
+    The worst severity and the count read the firing record (firing_rule, written by the signals group at the
+    same interval: at most one evaluation behind) rather than the raw family (a series per signal and server:
+    19k at 1,000 servers), with every server given its 0 from the one build_info series it always exports."""
     exporter = settings.exporter_selector
     join = by(settings.join_labels)
     lvl = server_level(settings)
@@ -164,8 +175,6 @@ def server_rules(settings: RuleSettings) -> list[dict]:
     weighted = "\nor\n".join(f'{firing}{{severity="{severity}"}} * {rank}' for severity, rank in SEVERITY_RANK.items())
     every_server = f"0 * max by ({join}) ({M_BUILD}{sel(exporter)})"
     return [
-        # only what fires: a few series across the fleet where the raw family has one per signal and server
-        {"record": firing, "expr": f"max by ({join}, signal, severity) ({M_FIRING}{sel(exporter)} == 1)"},
         {"record": f"{lvl}:{M_INFO}:max",
          "expr": (f"max by ({join}, model, format, version) (\n  {M_INFO}{sel(exporter)}\n"
                   f"  * on ({join}) group_left (version)\n  max by ({join}, version) ({M_BUILD}{sel(exporter)})\n)\n")},

@@ -19,6 +19,8 @@ from exporter.config import Config
 from exporter.generate.promql import by, fmt_duration, num, sel
 from exporter.generate.records import (
     exporter_recording_rules,
+    firing_record,
+    firing_rule,
     latency_groups,
     quantile_record,
     record_interval,
@@ -148,11 +150,15 @@ def _signal_alert(s, expr: str, settings: RuleSettings) -> Alert:
 def signal_alerts(settings: RuleSettings) -> list[Alert]:
     out = []
     join = by(settings.join_labels + ("signal",))
+    elsewhere = {s.id for s in TUNING_SIGNALS + SERVING_SIGNALS}     # their alerts are in groups of their own
     for s in catalog.SIGNALS:
         if not s.alert:
             continue
         signal_match = f'signal="{s.id}"'
-        firing = f"{M_FIRING}{sel(settings.exporter_selector, signal_match)} == 1"
+        if s.id in elsewhere:   # (a record of another group would be read up to an evaluation late)
+            firing = f"{M_FIRING}{sel(settings.exporter_selector, signal_match)} == 1"
+        else:   # the signals group's own firing record (firing_rule), written just before; all 1 (`== 1` says
+            firing = f'{firing_record(settings)}{{{signal_match}}} == 1'   # what fires, as on the raw family)
         value_name, back = value_metric(s)
         value = f"{value_name}{sel(settings.exporter_selector, signal_match)}" + (f" * {back}" if back != 1 else "")
         expr = (f"(\n  {value}\n"
@@ -338,7 +344,9 @@ def rule_files(settings: RuleSettings) -> dict[str, dict]:
     serving_rules = [a.rule() for a in alerts if a.kind == "signal" and a.name in serving]
     return {
         EXPORTER_RULES: {"groups": [
-            {"name": "sglang-exporter.signals", "rules": signal_rules},
+            # the firing record first: this group's alerts read it in the same evaluation; the tuning, serving
+            # and servers groups at most one evaluation (15 s) later
+            {"name": "sglang-exporter.signals", "rules": [firing_rule(settings), *signal_rules]},
             # the signals read from SGLang's newer /metrics families (catalog_tuning); a group stays <= 20 rules
             {"name": "sglang-exporter.tuning", "rules": tuning_rules},
             # up but not serving, and the failures and waste SGLang counts itself (catalog_serving)
