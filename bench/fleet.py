@@ -33,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
+from go_profile import split as profile_split  # (bench/ is sys.path[0] when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "bench/out/fleet"
@@ -322,6 +323,16 @@ def run_query(base: str, expr: str, instant: bool, now: float) -> tuple[float, s
     return took, body.get("status", "?") + ("" if body.get("status") == "success" else f": {body.get('error')}")
 
 
+def take_profile(base: str, seconds: int, out: dict) -> None:
+    """Prometheus' CPU profile over the next `seconds` (its /debug/pprof), split by go_profile.PATHS into `out`."""
+    out["window"] = seconds
+    try:
+        with urllib.request.urlopen(f"{base}/debug/pprof/profile?seconds={seconds}", timeout=seconds + 30) as r:
+            out["split"] = profile_split(r.read())
+    except (OSError, ValueError) as exc:      # the figures stand without it
+        out["error"] = str(exc)
+
+
 def cpu_split(start: tuple, end: tuple) -> dict[str, float]:
     """CPU-seconds and shares of the machine's capacity over a window, from two (Prometheus, this process,
     machine busy, monotonic) readings."""
@@ -384,6 +395,11 @@ def main() -> int:
             # where the CPU goes while measuring: Prometheus, the bench's own target server (this process), the rest
             cpu_start = (cpu_seconds(proc.pid), cpu_seconds("self"), machine_busy_seconds(), time.monotonic())
             scrapes_before = scrapes[0]
+            # Prometheus' own CPU profile over the same window: where its CPU goes (rules, scrapes, GC)
+            profiled: dict = {}
+            profiler = threading.Thread(target=take_profile, args=(base, max(10, int(args.measure) - 10), profiled),
+                                        daemon=True)
+            profiler.start()
             end = time.monotonic() + args.measure
             errors: dict[str, str] = {}
             while time.monotonic() < end:
@@ -398,6 +414,7 @@ def main() -> int:
                             errors[rule["name"]] = rule.get("lastError", "")
                 time.sleep(15)
             cpu_end = (cpu_seconds(proc.pid), cpu_seconds("self"), machine_busy_seconds(), time.monotonic())
+            profiler.join(timeout=60)
             scrapes_measured = scrapes[0] - scrapes_before
             with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
                 own = r.read().decode()
@@ -437,6 +454,13 @@ def main() -> int:
           f"{cpu['bench']:.0f} s ({cpu['bench_share']:.0%}), everything else {cpu['other']:.0f} s "
           f"({cpu['other_share']:.0%}), idle {cpu['idle_share']:.0%}; {scrapes_measured} scrapes served, "
           f"{1000 * cpu['bench'] / max(scrapes_measured, 1):.2f} ms of the bench's CPU each")
+    if "split" in profiled:
+        inside = profiled["split"]
+        print(f"Prometheus' CPU profile ({inside['seconds']:.1f} CPU-s sampled over {profiled['window']} s; "
+              "bench/go_profile.py): " + "; ".join(f"{label.strip()} {seconds / max(inside['seconds'], 1e-9):.0%}"
+                                                  for label, seconds in inside["paths"].items()))
+    else:
+        print(f"Prometheus' CPU profile: not taken ({profiled.get('error', 'no answer')})")
     medians = {group: statistics.median(values) for group, values in durations.items()}
     print(f"\n{'rule group':40} {'median s':>9} {'max s':>8} {'samples read':>13}")
     for group, values in sorted(durations.items()):
@@ -473,6 +497,7 @@ def main() -> int:
         args.json.write_text(json.dumps({"servers": args.servers, "head_series": head, "failures": failed,
                                          "targets_up": targets_up, "load": loads, "groups": durations,
                                          "samples": samples, "queries": queries, "cpu": cpu,
+                                         "profile": profiled.get("split"),
                                          "rules": {f"{g} / {r}": v for (g, r), v in rule_times.items()},
                                          "alternatives": alternatives,
                                          "verdict": verdict}, indent=1))
