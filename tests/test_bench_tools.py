@@ -120,3 +120,91 @@ def test_full_mtail_program_reads_every_batch_field_rank_retractions_and_ooms(tm
         assert got.get(name + rank) == value, (name, got.get(name + rank))
     assert got.get('sglang_kv_pool_ooms{phase="Decode",prog="sglang_full.mtail"}') == "1"
     assert got.get('sglang_cuda_ooms{prog="sglang_full.mtail"}') == "1"
+
+
+# ------------------------------------------------------------------------------ go_profile (Prometheus' pprof)
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes | int) -> bytes:
+    if isinstance(payload, int):
+        return _varint(number << 3) + _varint(payload)
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _profile(stacks: list[tuple[list[str], int]]) -> bytes:
+    """A pprof profile (profile.proto) of `stacks` (function names innermost first, CPU ns), gzipped as Go
+    writes it: one function and one location per name, samples with packed location ids."""
+    import gzip
+    names = sorted({n for names, _ in stacks for n in names})
+    ids = {n: i + 1 for i, n in enumerate(names)}
+    body = _field(6, b"")                                    # string 0 is always ""
+    for n in names:
+        body += _field(6, n.encode())
+    for i in ids.values():
+        body += _field(5, _field(1, i) + _field(2, i))       # function: id, name (string index)
+        body += _field(4, _field(1, i) + _field(4, _field(1, i)))   # location: id, line { function id }
+    for names_, ns in stacks:
+        packed = b"".join(_varint(ids[n]) for n in names_)
+        body += _field(2, _field(1, packed) + _field(2, _varint(1) + _varint(ns)))  # values: count, ns
+    return gzip.compress(body)
+
+
+def test_go_profile_splits_cpu_by_the_paths_on_each_stack():
+    import go_profile
+    profile = _profile([
+        (["tsdb.(*headIndexReader).SortedPostings", "storage.(*querierAdapter).Select",
+          "rules.(*Group).Eval"], 3_000_000_000),
+        (["promql.(*evaluator).eval", "rules.(*Group).Eval"], 1_000_000_000),
+        (["runtime.scanobject", "runtime.gcBgMarkWorker"], 2_000_000_000),
+        (["scrape.(*scrapeLoop).append", "scrape.(*scrapeLoop).run"], 4_000_000_000),
+    ])
+    got = go_profile.split(profile)
+    assert got["seconds"] == 10.0
+    paths = got["paths"]
+    assert paths["rule evaluation"] == 4.0
+    assert paths["  selecting series (postings, sort)"] == 3.0
+    assert paths["  sorting postings by labels"] == 3.0
+    assert paths["garbage collection (background)"] == 2.0
+    assert paths["scraping"] == 4.0
+    assert paths["garbage collection (assists)"] == 0.0
+    assert dict(go_profile.heaviest(profile, 2)) == {"rules.(*Group).Eval": 4.0, "scrape.(*scrapeLoop).run": 4.0}
+
+
+def test_go_profile_reads_what_a_real_prometheus_writes(tmp_path):
+    """The decoder against Prometheus' own pprof output (its heap profile: always has samples, no wait)."""
+    import urllib.request
+
+    import go_profile
+    from helpers import wait_until
+    binary = require_tool("prometheus")
+    port = free_port()
+    (tmp_path / "prometheus.yml").write_text("global: {scrape_interval: 1m}\n")
+    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def heap() -> bytes | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/pprof/heap", timeout=5) as r:
+                    return r.read()
+            except OSError:
+                return None
+        profile = wait_until(heap, timeout=60, interval=0.1, what="Prometheus' /debug/pprof/heap")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+    stacks = go_profile.stacks(profile)
+    assert stacks and all(names for names, _ in stacks)
+    assert any(name.startswith("github.com/prometheus/prometheus/") for names, _ in stacks for name in names)
