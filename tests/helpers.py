@@ -1,9 +1,11 @@
-"""Shared test mechanics: find real tools (fail in CI, skip elsewhere), poll with a deadline, pick ports."""
+"""Shared test mechanics: find real tools (fail in CI, skip elsewhere), poll with a deadline, pick ports, stop
+the processes a test started."""
 from __future__ import annotations
 
 import os
 import shutil
 import socket
+import subprocess
 import time
 
 import pytest
@@ -76,3 +78,14 @@ def assert_block_path_is_generic(lines: list[str], block: int, source: str):
     assert fast.kinds == generic.kinds and fast.recognised == generic.recognised
     assert fast.unparsed == generic.unparsed
     return fast, generic
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """Stop a process a test started: politely, then for good; returns once it has exited."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import free_port, require_tool, wait_until
+from helpers import free_port, require_tool, stop_process, wait_until
 
 from exporter.generate import alertmanager, rules
 
@@ -121,12 +121,7 @@ def alertmanager(tmp_path, webhook):
                    what="alertmanager ready")
         yield base, received, tmp_path / "am.log"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=10)
         log.close()
 
 

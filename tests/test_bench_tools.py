@@ -183,7 +183,7 @@ def test_go_profile_reads_what_a_real_prometheus_writes(tmp_path):
     import urllib.request
 
     import go_profile
-    from helpers import wait_until
+    from helpers import stop_process, wait_until
     binary = require_tool("prometheus")
     port = free_port()
     (tmp_path / "prometheus.yml").write_text("global: {scrape_interval: 1m}\n")
@@ -199,12 +199,7 @@ def test_go_profile_reads_what_a_real_prometheus_writes(tmp_path):
                 return None
         profile = wait_until(heap, timeout=60, interval=0.1, what="Prometheus' /debug/pprof/heap")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop_process(proc)
     stacks = go_profile.stacks(profile)
     assert stacks and all(names for names, _ in stacks)
     assert any(name.startswith("github.com/prometheus/prometheus/") for names, _ in stacks for name in names)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import free_port, require_tool, wait_until
+from helpers import free_port, require_tool, stop_process, wait_until
 
 from exporter import catalog
 from exporter.generate import dashboards as gen
@@ -284,16 +284,6 @@ def _get(url: str, timeout: float = 5.0):
         return resp.status, resp.read()
 
 
-def _stop(proc: subprocess.Popen):
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-
-
 class BadQuery(Exception):
     pass
 
@@ -370,7 +360,7 @@ class Prometheus:
         return json.loads(_get(f"{self.url}/api/v1/label/{label}/values?{q}")[1])["data"]
 
     def close(self):
-        _stop(self.proc)
+        stop_process(self.proc)
         self.log.close()
 
 
@@ -409,7 +399,7 @@ def stack(request, tmp_path_factory):
                  "--log-file", str(work / "not-written-yet.log"),
                  "--listen", f"127.0.0.1:{side_port}", "--sglang-url", f"http://127.0.0.1:{sglang.port}"],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-            closers.append(lambda: _stop(proc))
+            closers.append(lambda: stop_process(proc))
             writer = LogWriter(log)
             closers.append(writer.close)
             wait_until(lambda: proc.poll() is None
