@@ -19,7 +19,7 @@ from exporter.config import Config
 from exporter.generate import dashboards as gen
 from exporter.generate import stale, write
 from exporter.generate.dashboards import house
-from exporter.generate.records import events_record, latency_record_sources, server_rules
+from exporter.generate.records import events_record, firing_rule, latency_record_sources, server_rules
 from exporter.generate.settings import RuleSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,7 +201,7 @@ def test_titles_unique(dashboard):
 
 
 SLO_RECORDS = {catalog_slo.ERROR_RATIO_RECORD.format(window=w) for w in catalog_slo.RATE_WINDOWS}
-SERVER_RECORDS = {rule["record"] for rule in server_rules(RuleSettings())}     # of the exporter's own series
+SERVER_RECORDS = {rule["record"] for rule in [firing_rule(RuleSettings()), *server_rules(RuleSettings())]}  # per server
 SERVER_RECORDS.add(events_record(RuleSettings()))          # a fleet record kept per server (the detail board)
 
 
