@@ -105,7 +105,7 @@ def _series_budget() -> list[str]:
             "What the rules cost on top (docs/alerts.md, \"Recording rules\"): the latency groups write one "
             "series per bucket and server and the fleet group one per server and event kind; both run every "
             "minute (`interval: 1m`), the alerts every 15 s. At 1,000 servers (471k head series) the rule groups "
-            "read 1.4 M samples per 15 s (`python bench/fleet.py --servers 1000`; README, \"A fleet against a "
+            "read 1.3 M samples per 15 s (`python bench/fleet.py --servers 1000`; README, \"A fleet against a "
             "real Prometheus\")."]
     return out
 
