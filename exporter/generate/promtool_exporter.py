@@ -272,6 +272,9 @@ def recording_tests_exporter(settings: RuleSettings) -> dict:
              "values": values_text([1] * steps)},
             {"series": series_text(M_FIRING, {**lab, "signal": "retraction_storm", "severity": "critical"}),
              "values": values_text([1] * steps)},
+            # known and not firing: no server counted for it in the firing roll-ups (they read the firing record)
+            {"series": series_text(M_FIRING, {**lab, "signal": "latency_high", "severity": "warning"}),
+             "values": values_text([0] * steps)},
             {"series": series_text(M_KNOWN, {**lab, "signal": "retraction_storm"}), "values": values_text([1] * steps)},
             {"series": series_text(M_KNOWN, {**lab, "signal": "latency_high"}),
              "values": values_text([1 if lab is pod_a else 0] * steps)},
