@@ -19,13 +19,7 @@ from exporter.config import Config
 from exporter.generate import dashboards as gen
 from exporter.generate import stale, write
 from exporter.generate.dashboards import house
-from exporter.generate.records import (
-    bucket_record,
-    events_record,
-    firing_rule,
-    latency_record_sources,
-    server_rules,
-)
+from exporter.generate.records import events_record, firing_rule, latency_record_sources, server_rules
 from exporter.generate.settings import RuleSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,7 +202,6 @@ def test_titles_unique(dashboard):
 
 SLO_RECORDS = {catalog_slo.ERROR_RATIO_RECORD.format(window=w) for w in catalog_slo.RATE_WINDOWS}
 SERVER_RECORDS = {rule["record"] for rule in [firing_rule(RuleSettings()), *server_rules(RuleSettings())]}  # per server
-BUCKET_RECORDS = {bucket_record(RuleSettings(), names[0]) for names in RECORDS.values()}    # per server and le
 SERVER_RECORDS.add(events_record(RuleSettings()))          # a fleet record kept per server (the detail board)
 
 
@@ -228,8 +221,6 @@ def test_query(panel, target):
             assert isinstance(node.args[0], pp.MatrixSelector), "rate of a selector (rate before sum)"
         if isinstance(node, pp.Call) and node.func.name == "histogram_quantile":
             aggregation = node.args[1]
-            if isinstance(aggregation, pp.VectorSelector) and aggregation.name in BUCKET_RECORDS:
-                continue        # the latency groups' bucket rates: summed per server by the ruler
             assert isinstance(aggregation, pp.AggregateExpr) and str(aggregation.op) .lower().endswith("sum"), expr
             assert aggregation.modifier.type == pp.AggModifierType.By
             assert {"le", "namespace", "instance"} <= set(aggregation.modifier.labels), "per-instance quantiles"

@@ -4,7 +4,6 @@ StatefulSet (identical namespace, pod and address), so a roll-up that forgets `c
 from __future__ import annotations
 
 from exporter.catalog.native import native_metric_names
-from exporter.generate.dashboards.queries import PERCENTILES
 from exporter.generate.promql import fmt_duration, parse_duration
 from exporter.generate.promtool_common import (
     POD_A,
@@ -18,15 +17,14 @@ from exporter.generate.promtool_common import (
 )
 from exporter.generate.records import (
     MODEL_QUANTILES,
+    QUANTILES,
     RECORDED_HISTOGRAMS,
-    SERVER_QUANTILES,
     SEVERITY_RANK,
     bucket_record,
     firing_rule,
     model_labels,
     quantile_record,
     server_level,
-    server_quantile,
     server_rules,
 )
 from exporter.generate.series import M_BUILD, M_FIRING, M_INFO
@@ -58,12 +56,10 @@ def latency_recording_tests(settings: RuleSettings) -> dict:
             for le, per_second in BUCKETS:
                 series.append({"series": series_text(name + "_bucket", {**pod, "le": le}),
                                "values": values_text(counter(per_second * step, steps))})
-        for percent in PERCENTILES:      # what the detail board draws: recorded, or from the bucket-rate record
-            q = percent / 100
-            expr = server_quantile(settings, newest, q)
-            name = expr if q in SERVER_QUANTILES else ""
-            cases.append({"expr": expr, "eval_time": t_eval,
-                          "exp_samples": [{"labels": series_text(name, {k: v for k, v in pod.items() if k in keep}),
+        for q in QUANTILES:
+            rec = quantile_record(settings, newest, q)
+            cases.append({"expr": rec, "eval_time": t_eval,
+                          "exp_samples": [{"labels": series_text(rec, {k: v for k, v in pod.items() if k in keep}),
                                            "value": 1 + q} for pod in pods]})
         for q in MODEL_QUANTILES:
             rec = quantile_record(settings, newest, q, model_labels(settings))

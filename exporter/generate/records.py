@@ -69,11 +69,7 @@ def exporter_recording_rules(settings: RuleSettings) -> list[dict]:
 
 
 RECORDED_HISTOGRAMS = ("ttft", "itl", "e2e", "queue_time")    # SGLang's latency histograms, by catalog value
-# Recorded per server: the quantile that alerts and the fleet board read for every server each minute. The detail
-# board draws p50 and p90 too, but for the servers on screen, from the bucket-rate record at query time: recorded,
-# each re-read every bucket record of the fleet (~29k series at 1,000 servers, ~0.2 s of its group's
-# evaluation) to write 1,000 series read a few at a time (bench/fleet.py).
-SERVER_QUANTILES = (0.99,)
+QUANTILES = (0.5, 0.9, 0.99)          # recorded per server (the detail board draws all three)
 MODEL_QUANTILES = (0.99,)             # recorded per model (the fleet board, SLO views)
 
 
@@ -109,21 +105,13 @@ def quantile_record(settings: RuleSettings, metric: str, q: float, labels: tuple
     return f"{level(labels) if labels else server_level(settings)}:{_bare(metric)}:p{num(q * 100)}_{w}"
 
 
-def server_quantile(settings: RuleSettings, metric: str, q: float, selector: str = "") -> str:
-    """The `q` quantile of `metric` per server: its record where one is kept (SERVER_QUANTILES), else computed
-    from the bucket-rate record; `selector` (`{...}`) narrows what is read."""
-    if q in SERVER_QUANTILES:
-        return quantile_record(settings, metric, q) + selector
-    return f"histogram_quantile({num(q)}, {bucket_record(settings, metric)}{selector})"
-
-
 def latency_record_sources(settings: RuleSettings) -> dict[str, tuple]:
     """Each latency record -> the SGLang histogram families (every spelling) it is computed from."""
     out = {}
     for value in RECORDED_HISTOGRAMS:
         names = tuple(native_metric_names(value))
         out[bucket_record(settings, names[0])] = names
-        for q in SERVER_QUANTILES:
+        for q in QUANTILES:
             out[quantile_record(settings, names[0], q)] = names
         for q in MODEL_QUANTILES:
             out[quantile_record(settings, names[0], q, model_labels(settings))] = names
@@ -147,7 +135,7 @@ def latency_groups(settings: RuleSettings) -> list[dict]:
         buckets = bucket_record(settings, newest)
         rules = [{"record": buckets, "expr": rates + "\n"}]
         rules += [{"record": quantile_record(settings, newest, q), "expr": f"histogram_quantile({num(q)}, {buckets})"}
-                  for q in SERVER_QUANTILES]
+                  for q in QUANTILES]
         rules += [{"record": quantile_record(settings, newest, q, per_model),
                    "expr": f"histogram_quantile({num(q)},\n  sum by (le, {by(per_model)}) ({buckets})\n)\n"}
                   for q in MODEL_QUANTILES]

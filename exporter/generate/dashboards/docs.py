@@ -84,11 +84,9 @@ exporter's series and SGLang's own `/metrics` series (latency histograms, token 
 
 - Rates and increases use `$__rate_interval`; rates are taken per series before any `sum`; ratios are
   sums divided by sums; latency quantiles are per server:
-  read from the latency recording rules (over the `alerts.rate_window`, not `$__rate_interval`): p99 from
-  `cluster_namespace_pod:<histogram>:p99_5m`, p50 and p90 from the bucket rates per server
-  (`cluster_namespace_pod:<histogram>_bucket:rate5m`) of the servers shown. The ruler reads every raw bucket once
-  per evaluation instead of each viewer reading them again (seconds per panel at 1,000 servers). The means still
-  use `_sum`/`_count`.
+  read from the latency recording rules (`cluster_namespace_pod:<histogram>:p50_5m`, `p90_5m`, `p99_5m`, over the
+  `alerts.rate_window`, not `$__rate_interval`): the ruler reads every bucket once per evaluation instead of each
+  viewer reading them again (seconds per panel at 1,000 servers). The means still use `_sum`/`_count`.
 - Batch gauges are reported per rank (`dp`, `tp`, `pp` labels). Only one TP rank per DP rank prints
   batch lines, but to avoid counting a rank twice the dashboards take the max per DP rank and then sum
   over DP ranks.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from exporter import releases
 from exporter.catalog.native import family_span, native_metric_names
 from exporter.generate.dashboards.model import Limits, Target
-from exporter.generate.records import server_quantile
+from exporter.generate.records import quantile_record
 from exporter.generate.settings import RuleSettings
 
 # The `instance` variable holds a host (the instance label without its port): the sidecar and the SGLang server
@@ -56,16 +56,15 @@ def rate_per_server(name: str) -> str:
 
 
 def latency_targets(limits: Limits, value: str) -> list[Target]:
-    """Quantiles of a histogram value from the per-server records of the latency rule groups (every raw bucket
-    of every server is read once, by the ruler, not by each viewer; older spellings are folded in there): p99
-    as recorded, p50 and p90 from the bucket-rate record of the servers shown. The mean from the histogram's
-    _sum and _count (two series per server)."""
+    """Quantiles of a histogram value read from the per-server records of the latency rule groups (every bucket
+    of every server is read once, by the ruler, not by each viewer; older spellings are folded in there), and
+    the mean from the histogram's _sum and _count (two series per server)."""
     settings = RuleSettings(limits.config)
     newest, *older = native_metric_names(value)
     targets = []
     for percent in PERCENTILES:
-        quantile = server_quantile(settings, newest, percent / 100, f"{{{SGLANG_SELECTOR}}}")
-        targets.append(Target(f"max by ({PER_SERVER}) ({quantile})", f"{{{{instance}}}} p{percent}",
+        record = quantile_record(settings, newest, percent / 100)
+        targets.append(Target(f"max by ({PER_SERVER}) ({native(record)})", f"{{{{instance}}}} p{percent}",
                               reads=tuple(name + "_bucket" for name in (newest, *older))))
     mean = f"{rate_per_server(newest + '_sum')}\n/\n{rate_per_server(newest + '_count')}"
     targets.append(Target(mean, "{{instance}} mean"))
