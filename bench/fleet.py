@@ -265,13 +265,12 @@ def latency_alternatives() -> dict[str, list[tuple[str, str]]]:
         record = records.bucket_record(settings, name)
         per_server = f"sum by (le, {group}) ({raw})"
         per_model = f"histogram_quantile(0.99, sum by (le, {model}) ({raw}))"
-        out[f"{value}: bucket rates recorded, then p50/p90/p99 + model p99 from the record"] = [
-            ("bucket rates", per_server),
-            *((f"p{round(q * 100)}", f"histogram_quantile({q}, {record})") for q in (0.5, 0.9, 0.99)),
-            ("model p99", f"histogram_quantile(0.99, sum by (le, {model}) ({record}))")]
-        out[f"{value}: bucket rates recorded, then p99 + model p99 from the record"] = [
-            ("bucket rates", per_server), ("p99", f"histogram_quantile(0.99, {record})"),
-            ("model p99", f"histogram_quantile(0.99, sum by (le, {model}) ({record}))")]
+        for quantiles in ((0.5, 0.9, 0.99), (0.99,)):      # what alerts/ records; p99 alone (tried, reverted)
+            names = "/".join(f"p{round(q * 100)}" for q in quantiles)
+            out[f"{value}: bucket rates recorded, then {names} + model p99 from the record"] = [
+                ("bucket rates", per_server),
+                *((f"p{round(q * 100)}", f"histogram_quantile({q}, {record})") for q in quantiles),
+                ("model p99", f"histogram_quantile(0.99, sum by (le, {model}) ({record}))")]
         out[f"{value}: p50/p90/p99 per server and model p99, each from the raw buckets"] = [
             *((f"p{round(q * 100)}", f"histogram_quantile({q}, {per_server})") for q in (0.5, 0.9, 0.99)),
             ("model p99", per_model)]

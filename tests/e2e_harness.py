@@ -42,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
-from helpers import free_port, require_tool, wait_until
+from helpers import free_port, require_tool, stop_process, wait_until
 
 from exporter import catalog
 from exporter.config import AlertSettings, Config
@@ -350,13 +350,7 @@ class Proc:
             self.proc.send_signal(signal.SIGTERM)
 
     def stop(self, timeout: float = 10.0) -> int | None:
-        if self.proc.poll() is None:
-            self.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout)
+        stop_process(self.proc, timeout)
         self.log.close()
         return self.proc.returncode
 

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import free_port, wait_until
+from helpers import free_port, stop_process, wait_until
 
 from exporter.cli.healthcheck import probe_url, serve_argv
 
@@ -68,8 +68,7 @@ def test_healthcheck_follows_serve(tmp_path, where):
         ok = _healthcheck(proc.pid, env=env)
         assert ok.returncode == 0, ok.stdout + ok.stderr
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_process(proc, timeout=30)
 
 
 def test_healthcheck_fails_without_serve(tmp_path):
