@@ -149,6 +149,23 @@ def test_count_window_keeps_the_sum_a_loop_over_its_buckets_gives():
     assert len(w.items) <= 7        # one bucket per 10 s of the last minute, at most
 
 
+def test_count_windows_fed_the_same_moments_keep_the_same_bucket_edges():
+    # responses and the 5xx among them: the 5xx window starts later (the first answers were fine) and must not
+    # cut its buckets elsewhere, or a span could hold more failures than answers
+    rng = random.Random(11)
+    whole, part = CountWindow(300, 10.0), CountWindow(300, 10.0)
+    t = T0 + 3.7
+    for i in range(3000):
+        t += rng.choice((0.2, 0.9, 4.0, 13.0))
+        whole.add(t)
+        if i > 40 and rng.random() < 0.9:
+            part.add(t)
+        whole.expire(t)
+        part.expire(t)
+        since = t - rng.uniform(0, 300)
+        assert part.weight_since(since) <= whole.weight_since(since)
+
+
 def test_a_cleared_count_window_sums_to_zero_and_counts_again():
     # a new start-up clears the windows: the kept sum goes with the buckets, or the next evaluation would read
     # the last process's errors from an empty window

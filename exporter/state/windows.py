@@ -168,15 +168,18 @@ class CountWindow(TimeWindow):
         self.total = 0.0        # the weights of `items`
 
     def add(self, t: float, weight: float = 1.0) -> None:
-        """Count `weight` at `t`: in the newest item when it began less than `bucket` seconds before `t` (a
-        busy server answers hundreds of requests a second)."""
+        """Count `weight` at `t` in its bucket (a busy server answers hundreds of requests a second). Buckets
+        start on multiples of `bucket` seconds, the same in every window: two windows fed at the same moments
+        (every response, and the 5xx among them) keep the same edges, so over any span the part never counts
+        more than its whole (a bucket begun at its window's first count could: "1204 of 1200 failed")."""
         items = self.items
         self.total += weight
-        if items and t - items[-1][0] < self.bucket:
+        start = t - t % self.bucket
+        if items and start <= items[-1][0]:        # this bucket (or a line a little out of order): the newest
             first, total = items[-1]
             items[-1] = (first, total + weight)
         else:
-            items.append((t, weight))
+            items.append((start, weight))
             if len(items) > MAX_WINDOW_SAMPLES:
                 self.total -= items.popleft()[1]
 
