@@ -89,3 +89,25 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=timeout)
+
+
+def signal_thread(pid: int, tid: int, sig: int) -> None:
+    """Send `sig` to one thread of a process (tgkill): the kernel may hand a process's signal to any thread not
+    blocking it, so a test picks the thread a busy process would pick at random."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tid, sig) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def thread_ids(pid: int) -> list[int]:
+    """A Linux process's thread ids, the main thread (== pid) first."""
+    return sorted((int(t) for t in os.listdir(f"/proc/{pid}/task")), key=lambda t: (t != pid, t))
+
+
+def blocked_signals(pid: int, tid: int) -> set[int]:
+    """The signals a thread blocks, from /proc (SigBlk, a hex mask where bit N-1 is signal N)."""
+    with open(f"/proc/{pid}/task/{tid}/status") as fh:
+        mask = int(next(line for line in fh if line.startswith("SigBlk:")).split()[1], 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import blocked_signals, thread_ids, wait_until
 
 from exporter.ingest import handoff
 from exporter.ingest.handoff import RotatingWriter, parse_size
@@ -219,6 +219,12 @@ def test_signal_forwarding_and_exit_status(tmp_path):
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_until(lambda: log.exists() and "ready" in log.read_text(), timeout=30, what="child ready")
+        # only the main thread may take a forwarded signal: one handed to a pump thread would never run its
+        # handler while the main thread waits for SGLang, and SGLang would never hear of the stop
+        main, *pumps = thread_ids(p.pid)
+        forwarded = {getattr(signal, name) for name in handoff.FORWARDED}
+        assert len(pumps) == 2 and all(forwarded <= blocked_signals(p.pid, t) for t in pumps)
+        assert not forwarded & blocked_signals(p.pid, main)
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=30) == 0
     finally:

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import free_port, wait_until
+from helpers import free_port, signal_thread, thread_ids, wait_until
 
 ROOT = Path(__file__).parent.parent
 LOG = """\
@@ -279,6 +279,24 @@ def _stop_and_read(s: Served) -> str:
     s.proc.send_signal(signal.SIGTERM)
     _, err = s.proc.communicate(timeout=15)
     return err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_taken_by_any_thread_stops_serve_with_positions_saved(tmp_path, logfile, sig):
+    """The kernel hands a process's SIGTERM to whichever thread it likes; CPython runs the handler only in the
+    main thread. Sent to each worker thread in turn (tgkill), the stop is still seen: exit 0 within seconds,
+    positions saved, never a hang until Kubernetes' SIGKILL."""
+    positions = tmp_path / "positions.json"
+    s = Served(["--log-file", logfile, "--positions-file", str(positions)])
+    try:
+        wait_until(lambda: get(s.base + "/readyz")[0] == 200, timeout=20, what="serve to be ready")
+        workers = thread_ids(s.proc.pid)[1:]
+        assert len(workers) >= 3, workers          # http, its workers, follow, evaluate
+        signal_thread(s.proc.pid, workers[-1], sig)
+        assert s.proc.wait(timeout=10) == 0
+        assert positions.is_file()
+    finally:
+        s.stop()
 
 
 def test_a_refused_scrape_is_logged_served_and_timestamped_with_its_reason(tmp_path):

@@ -233,7 +233,11 @@ def cmd_serve(args) -> int:
              scheme, host, server.server_address[1], cfg.profile,
              "" if "profile" in origins else ", the default", ", ".join(cfg.log_files) or "none",
              cfg.sglang_url or "none")
-    done.wait()
+    # timed, never one untimed wait: the kernel may hand SIGTERM to any of our threads, and CPython runs the
+    # handler only when the main thread next runs Python code, which an untimed lock wait never lets it do
+    # (seen: a stop ignored until Kubernetes' SIGKILL, positions unsaved)
+    while not done.wait(1.0):
+        pass
     server.shutdown()
     server.server_close()
     sidecar.shutdown()

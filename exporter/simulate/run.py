@@ -84,7 +84,8 @@ def run_simulator(scenario, log_path, metrics_listen=None, speed: float = 1.0, d
             out.writelines(line + "\n" for line in lines)
             out.flush()
             if server is not None:
-                stop_event.wait()
+                while not stop_event.wait(1.0):   # timed, so Ctrl-C is seen (see cmd_serve)
+                    pass
             return 0
         t0 = time.monotonic()
         while not stop_event.is_set():
