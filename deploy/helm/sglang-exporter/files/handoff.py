@@ -184,10 +184,16 @@ def run_wrapped(cmd: list[str], writer: RotatingWriter, copy: bool = True, drain
         return 127
     for name in FORWARDED:
         signal.signal(getattr(signal, name), lambda signum, _frame: child.send_signal(signum))
+    # the pumps start with the forwarded signals blocked (a thread inherits its creator's mask), so the kernel
+    # hands each to the main thread, whose waitpid returns to run the handler; a signal taken by a pump thread
+    # would wait, unforwarded, until SGLang exited. One arriving meanwhile stays pending for the main thread.
+    forwarded = [getattr(signal, name) for name in FORWARDED]
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
     threads = [threading.Thread(target=pump, args=(p.fileno(), fd if copy else None, writer), daemon=True)
                for p, fd in ((child.stdout, 1), (child.stderr, 2)) if p is not None]   # (both are pipes)
     for t in threads:
         t.start()
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     while True:
         try:
             rc = child.wait()
