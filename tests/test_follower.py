@@ -155,14 +155,19 @@ def _poll_every(poll_every: int):
 
 # poll-every-61: many writes (and a rotation) between two polls, but at most one rotation per poll interval;
 # two rotations without a poll in between skip the middle file (test_two_rotations_between_polls_...).
+# named by a glob (`app.log*`): the rotated copies (app.log.1, ...) match too, and are read once, as part of
+# app.log's rotation (the symlink layout's targets are other files by name, so it has no glob case)
+NAMED = [(mode, named) for mode in MODES for named in ("path", "glob") if (mode, named) != ("symlink", "glob")]
+
+
 @pytest.mark.parametrize("poll_every", [1, 4, 61], ids=["poll-each-write", "poll-every-4", "poll-every-61"])
 @pytest.mark.parametrize("pieces", [1, 3], ids=["whole-lines", "lines-in-3-writes"])
-@pytest.mark.parametrize("mode", MODES)
-def test_rotation_matrix_every_line_once_in_order(tmp_path, mode, pieces, poll_every):
+@pytest.mark.parametrize(("mode", "named"), NAMED)
+def test_rotation_matrix_every_line_once_in_order(tmp_path, mode, named, pieces, poll_every):
     n = 200
     got, box, poll, on_write = _poll_every(poll_every)
     w = LogWriter(tmp_path, mode, pieces, on_write, poll)
-    f = box["f"] = Follower([str(w.path)], from_start=True)
+    f = box["f"] = Follower([str(w.path) + ("*" if named == "glob" else "")], from_start=True)
     poll()
     for i in range(n):
         if i in ROTATE_AT:
@@ -174,7 +179,7 @@ def test_rotation_matrix_every_line_once_in_order(tmp_path, mode, pieces, poll_e
     assert texts(got) == [numbered(i) for i in range(n)]
     assert [ln.lineno for ln in got] == w.expected_linenos(n)
     assert not any(ln.cut for ln in got)
-    assert {ln.source for ln in got} == {str(w.path)}
+    assert {ln.source for ln in got} == {str(w.path)} and set(f.stats) == {str(w.path)}
     stats = f.stats[str(w.path)]
     if mode in ("copytruncate", "truncate"):
         assert (stats.rotations, stats.truncations) == (0, 2)

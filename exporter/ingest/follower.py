@@ -35,7 +35,7 @@ from exporter.ingest.lines import (  # noqa: F401 - Line, read_lines, _cut_point
 )
 from exporter.ingest.positions import validate_positions
 from exporter.ingest.recover import copied_while_empty, restore
-from exporter.ingest.rotation import find_copy, head_matches, newest_mtime
+from exporter.ingest.rotation import find_copy, head_matches, newest_mtime, rotated_copies
 from exporter.ingest.tailfile import (  # noqa: F401 - FollowStats: re-exported for callers
     NO_FILE,
     FollowStats,
@@ -97,17 +97,42 @@ class Follower:
         self._started = False
         self.closed = False                  # close() was called: polls return nothing, run() ends
         self._watcher = None                 # the running loop's Watcher (exporter/ingest/watch.py)
+        self.copies: set[str] = set()        # glob matches not followed: rotated copies of followed files
+        self._parents: set[str] = set()      # followed files that have rotated copies among the matches
 
     # -- discovery --------------------------------------------------------------------------------------
 
     def _expand(self) -> None:
-        for pat in self.patterns:
-            if _MAGIC.search(pat):
-                for path in sorted(glob.glob(pat, recursive=True)):
-                    if path not in self.tails and not os.path.isdir(path):
-                        self._add(path, literal=False)
-            elif pat not in self.tails:
-                self._add(pat, literal=True)
+        found = [(pat, [p for p in sorted(glob.glob(pat, recursive=True)) if not os.path.isdir(p)])
+                 if _MAGIC.search(pat) else (pat, None) for pat in self.patterns]
+        # a glob match rotated from another followed file is read as part of that file's rotation, never on
+        # its own (its lines would count twice); one followed before the file it came from appeared is let go
+        named = (p for pat, paths in found for p in (paths if paths is not None else [pat]))
+        copies = rotated_copies({*self.tails, *named})
+        self._parents = set(copies.values())
+        for path in [p for p, t in self.tails.items() if not t.literal and p in copies]:
+            self._let_go(path)
+        for pat, paths in found:
+            if paths is None:
+                if pat not in self.tails:
+                    self._add(pat, literal=True)
+                continue
+            for path in paths:
+                if path in self.tails:
+                    continue
+                if path in copies:
+                    if path not in self.copies:
+                        self.copies.add(path)
+                        log.info("log %s (matched by %s) is a rotated copy of %s: read as part of its rotation, "
+                                 "not on its own", path, pat, copies[path])
+                else:
+                    self._add(path, literal=False)
+
+    def _let_go(self, path: str) -> None:
+        t = self.tails.pop(path)
+        for f in ([t.cur] if t.cur is not None else []) + t.old:
+            f.close()
+        del self.stats[path]
 
     def _add(self, path: str, literal: bool) -> None:
         st = self.stats.get(path)
@@ -198,8 +223,11 @@ class Follower:
             tail.stats.lines_read += sum(len(b.texts) for b in new)
             tail.stats.lines_cut += sum(b.cuts for b in new)
             tail.stats.stale = any(f.stale for f in tail.old)
-            if tail.cur is None and not tail.old and not tail.literal and not os.path.lexists(tail.path):
-                # A glob match that went away: forget it (stats stay); if it comes back it is a new file.
+            if tail.cur is None and not tail.old and not tail.literal and not os.path.lexists(tail.path) \
+                    and tail.path not in self._parents:
+                # A glob match that went away: forget it (stats stay); if it comes back it is a new file. Not
+                # while its rotated copies are there: forgotten, it would no longer keep them from being read
+                # as files of their own, twice.
                 del self.tails[tail.path]
         self._snapshot()
         self.last_poll = time.monotonic()

@@ -18,6 +18,30 @@ def _plain(name: str) -> bool:
     return not name.lower().endswith(COMPRESSED)
 
 
+def rotated_from(name: str, base: str) -> bool:
+    """Whether file name `name` is what rotating file name `base` by rename leaves: `base`, a separator
+    (``.``, ``-``, ``_``), a suffix. (`rotated_siblings` is looser: what it finds is then matched by inode or
+    head, so a wrong candidate costs a look, not a misread.)"""
+    return len(name) > len(base) and name.startswith(base) and name[len(base)] in ".-_"
+
+
+def rotated_copies(paths) -> dict[str, str]:
+    """Those of `paths` rotated from another of them (same directory, `rotated_from`), each with the one it
+    came from. A glob such as ``sglang.log*`` matches the live file and its rotated copies; the copies are read
+    as part of the live file (its rotation), so followed on their own as well their lines would count twice."""
+    split = [(p, *os.path.split(os.path.abspath(p))) for p in paths]
+    by_name = {(d, base): p for p, d, base in split}
+    out = {}
+    # each cut of a name at a separator is a name it could be rotated from: linear in the names, where
+    # comparing every pair would cost a glob of thousands of files a second per poll
+    for p, d, base in split:
+        for i, c in enumerate(base):
+            if i and c in ".-_" and (d, base[:i]) in by_name:
+                out[p] = by_name[d, base[:i]]
+                break
+    return out
+
+
 def rotated_siblings(path: str) -> list[str]:
     """Uncompressed files next to ``path`` whose name starts with its name (not ``path`` itself), most
     recently modified first."""

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from exporter.ingest.events import as_event
 from exporter.ingest.lines import Block, read_range
 from exporter.ingest.pipeline import SourceParser
+from exporter.ingest.rotation import rotated_from
 
 DEFAULT_READBACK_BYTES = 256 << 20
 _CHUNK = 1 << 20
@@ -89,7 +90,7 @@ def rotated_siblings(path: str) -> list[str]:
         return []
     out = []
     for name in names:
-        if name == base or not name.startswith(base) or name[len(base)] not in ".-_":
+        if not rotated_from(name, base):
             continue
         if name.endswith((".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp")):
             continue

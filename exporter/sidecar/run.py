@@ -178,6 +178,7 @@ class Sidecar:
             for path, s in f.stats.items():
                 problem = log_source_problem(path, s.up, s.stale, s.rotations, s.last_error, stuck_for)
                 self.health.observe(path, "log", f"log source {path}", s.up and not stuck, problem, now)
+            self.health.forget("log", f.stats)
 
     def _follow_stuck(self) -> bool:
         """The follow thread runs but has not finished a poll for far longer than its interval: its sources read

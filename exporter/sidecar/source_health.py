@@ -51,6 +51,12 @@ class SourceHealth:
         else:
             log.warning("%s is down: %s", label, st.reason, extra=extra)
 
+    def forget(self, kind: str, keep) -> None:
+        """Drop the sources of `kind` not in `keep`: a glob match no longer followed on its own (a rotated copy,
+        exporter/ingest/follower.py) is no source, and must not stay listed as it was last seen."""
+        for name in [n for n, st in self.sources.items() if st.kind == kind and n not in keep]:
+            del self.sources[name]
+
     def snapshot(self) -> dict[str, SourceStatus]:
         """A copy, for a View taken under the same lock."""
         return {name: SourceStatus(**vars(st)) for name, st in self.sources.items()}

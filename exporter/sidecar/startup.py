@@ -11,7 +11,7 @@ import os
 from exporter.ingest.follower import Follower
 from exporter.ingest.lines import read_range
 from exporter.ingest.positions import FINGERPRINT_BYTES
-from exporter.ingest.rotation import newest_mtime
+from exporter.ingest.rotation import newest_mtime, rotated_copies
 from exporter.sidecar import checkpoint, readback
 
 log = logging.getLogger(__name__)
@@ -187,12 +187,19 @@ HISTORY_UNDATED_AGE = 86400.0     # replayed lines without any timestamp land th
 
 
 def _existing(patterns) -> list[str]:
-    """The files the patterns name now (globs expanded), in a stable order."""
+    """The files the patterns name now (globs expanded), in a stable order; like the follower, without a glob
+    match that is a rotated copy of another (its history is read as part of that file's, `readback.history`)."""
     out: list[str] = []
+    literal: set[str] = set()
     for pat in patterns:
-        paths = sorted(glob.glob(pat, recursive=True)) if any(c in pat for c in "*?[") else [pat]
+        if any(c in pat for c in "*?["):
+            paths = sorted(glob.glob(pat, recursive=True))
+        else:
+            paths = [pat]
+            literal.add(pat)
         out += [p for p in paths if p not in out and os.path.isfile(p)]
-    return out
+    copies = rotated_copies([*out, *literal])
+    return [p for p in out if p in literal or p not in copies]
 
 
 def _tail(path: str, budget: int) -> list[tuple[str, int, int]]:

@@ -1,0 +1,141 @@
+"""A `--log-file` glob that matches the live log and its rotated copies (`sglang.log*`): every line is counted
+once, at start-up (history replayed from the copy as part of the live file) and while following (each
+rotation's copy is read as part of the live file, never on its own), across restarts; the copies are no
+sources of their own. Waits are polls of the follower, driven by the test."""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+import pytest
+
+from exporter.config import Config
+from exporter.ingest.follower import Follower
+from exporter.ingest.rotation import rotated_copies
+from exporter.sidecar.run import Sidecar
+
+STARTUP = ("[{t}] server_args=ServerArgs(model_path='m', served_model_name='m', schedule_conservativeness=1.0)\n"
+           "[{t}] The server is fired up and ready to roll!\n")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def retractions(n: int) -> str:
+    return "".join(f"[{now()} TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+                   f"#new_token_ratio: 0.7000 -> 0.8000\n" for _ in range(n))
+
+
+def rotate(live) -> None:
+    """logrotate's numbered rename rotation: live.log.1 -> live.log.2, live.log -> live.log.1, a new live.log."""
+    one, two = f"{live}.1", f"{live}.2"
+    if os.path.exists(one):
+        os.replace(one, two)
+    os.replace(live, one)
+    live.write_text("")
+
+
+def sidecar(patterns, positions=None) -> Sidecar:
+    sc = Sidecar(Config(log_files=tuple(str(p) for p in patterns), positions_file=str(positions) if positions
+                        else None))
+    sc.prepare()
+    return sc
+
+
+def test_rotated_copies_are_the_names_rotated_from_another():
+    names = ["/a/live.log", "/a/live.log.1", "/a/live.log-20261127", "/a/live.log_2", "/a/live.logx",
+             "/a/other.log", "/b/live.log.1", "/a/x.log.1.2"]
+    assert rotated_copies(names) == {"/a/live.log.1": "/a/live.log", "/a/live.log-20261127": "/a/live.log",
+                                     "/a/live.log_2": "/a/live.log"}
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["fresh", "resumed"])
+def test_start_up_history_reaching_into_a_copy_the_glob_matches_is_counted_once(tmp_path, resume):
+    """Start-up and 7 retractions went to live.log.1 before it rotated, 5 more to live.log since: 12 counted,
+    by the glob as by the path, and again after a restart from the positions file (+2 written meanwhile)."""
+    live = tmp_path / "live.log"
+    (tmp_path / "live.log.1").write_text(STARTUP.format(t=now()) + retractions(7))
+    live.write_text(retractions(5))
+    pos = tmp_path / "positions.json"
+    glob_sc = sidecar([f"{live}*"], pos)
+    path_sc = sidecar([live])
+    assert glob_sc.view().retractions_total == path_sc.view().retractions_total == 12
+    assert [s for s in glob_sc.view().sources] == [str(live)]
+    path_sc.shutdown()
+    if resume:
+        glob_sc.shutdown()
+        with open(live, "a") as fh:
+            fh.write(retractions(2))
+        glob_sc = sidecar([f"{live}*"], pos)
+        assert glob_sc.view().retractions_total == 14
+    glob_sc.shutdown()
+
+
+def test_rotations_while_following_a_glob_count_each_line_once(tmp_path):
+    """Three logrotate rotations (live -> .1 -> .2) while a sidecar follows `live.log*`: every retraction once,
+    only live.log a source, and the same again in a sidecar resumed from the positions file."""
+    live, pos = tmp_path / "live.log", tmp_path / "positions.json"
+    live.write_text(STARTUP.format(t=now()))
+    sc = sidecar([f"{live}*"], pos)
+    written = 0
+    for n in (3, 4, 5):
+        with open(live, "a") as fh:
+            fh.write(retractions(n))
+        written += n
+        sc.poll_logs_once()
+        rotate(live)
+        sc.poll_logs_once()
+        assert sc.view().retractions_total == written
+    with open(live, "a") as fh:
+        fh.write(retractions(2))
+    sc.poll_logs_once()
+    view = sc.view()
+    assert view.retractions_total == written + 2 == 14
+    assert list(view.log_sources) == [str(live)] and [s for s in view.sources] == [str(live)]
+    sc.save_positions(force=True)
+    sc.shutdown()
+    resumed = sidecar([f"{live}*"], pos)
+    resumed.poll_logs_once()
+    assert resumed.view().retractions_total == 14
+    resumed.shutdown()
+
+
+def test_a_copy_followed_before_its_live_file_appeared_is_let_go(tmp_path):
+    """Only live.log.1 is there at join: followed on its own. live.log appears: the copy is let go (its source
+    with it), live.log read from its start, and the next rotation of live.log into live.log.1 reads nothing twice."""
+    live, one = tmp_path / "live.log", tmp_path / "live.log.1"
+    one.write_text("old 1\n")
+    f = Follower([f"{live}*"], from_start=True)
+    assert [ln.text for ln in f.poll()] == ["old 1"] and set(f.stats) == {str(one)}
+    live.write_text("new 1\n")
+    assert [(ln.source, ln.text) for ln in f.poll()] == [(str(live), "new 1")]
+    assert set(f.stats) == {str(live)} and set(f.positions()) == {str(live)}
+    with open(live, "a") as fh:
+        fh.write("new 2\n")
+    os.replace(live, one)                          # rotated, then recreated
+    live.write_text("new 3\n")
+    assert [ln.text for ln in f.poll()] == ["new 2", "new 3"]
+    assert f.poll() == [] and set(f.stats) == {str(live)}
+    f.close()
+
+
+def test_a_live_file_gone_while_its_copies_are_there_keeps_them_from_being_read(tmp_path):
+    """live.log deleted and not recreated (the server stopped) while live.log.1, an older rotation, is there:
+    once the deleted file is drained and let go, live.log.1 is still a copy, not a new file to read from its
+    start; a new live.log is read from its start."""
+    live, one = tmp_path / "live.log", tmp_path / "live.log.1"
+    live.write_text("a\n")
+    clock = [0.0]
+    f = Follower([f"{live}*"], from_start=True, rotate_grace=1.0, clock=lambda: clock[0])
+    assert [ln.text for ln in f.poll()] == ["a"]
+    os.replace(live, one)
+    live.write_text("b\n")
+    assert [ln.text for ln in f.poll()] == ["b"]
+    live.unlink()
+    clock[0] = 5.0                                 # past the grace: the deleted file is let go
+    assert f.poll() == [] and f.poll() == []
+    assert set(f.stats) == {str(live)} and not f.stats[str(live)].up
+    live.write_text("c\n")
+    assert [ln.text for ln in f.poll()] == ["c"]
+    f.close()
