@@ -32,3 +32,19 @@ def test_a_trailing_traceback_reaches_the_engine_when_the_log_goes_quiet(tmp_pat
     finally:
         sc.shutdown(timeout=10)
     assert not any(t.is_alive() for t in sc.threads)
+
+
+def test_start_up_says_a_log_holds_no_start_up_only_when_it_has_bytes(tmp_path, caplog):
+    """An empty log (SGLang has not written yet) is joined without a word; one with lines but no start-up in
+    reach is said to be joined at its end (its start-up facts unknown until SGLang prints them)."""
+    empty, headless = tmp_path / "empty.log", tmp_path / "headless.log"
+    empty.write_text("")
+    headless.write_text(CRASH * 40)
+    caplog.set_level("INFO", logger="exporter.sidecar.startup")
+    for log in (empty, headless):
+        sc = Sidecar(Config(log_files=(str(log),), readback_bytes=1024))
+        sc.prepare()
+        sc.shutdown()
+    said = [r.getMessage() for r in caplog.records if "no SGLang start-up" in r.getMessage()]
+    assert said == [f"log {headless}: no SGLang start-up in its last 1024 bytes and the file is larger; joining at "
+                    "the end (start-up facts unknown until SGLang prints them)"]

@@ -61,7 +61,7 @@ def join_and_replay(sc) -> None:
             ranges = [(path, 0, size)]
         else:
             ranges = readback.history(path, size, cfg.readback_bytes, cfg.max_line_bytes)
-            if not ranges:
+            if not ranges and size:
                 log.info("log %s: no SGLang start-up in its last %d bytes and the file is larger; joining "
                          "at the end (start-up facts unknown until SGLang prints them)", path,
                          cfg.readback_bytes)
