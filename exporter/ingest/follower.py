@@ -97,7 +97,7 @@ class Follower:
         self._started = False
         self.closed = False                  # close() was called: polls return nothing, run() ends
         self._watcher = None                 # the running loop's Watcher (exporter/ingest/watch.py)
-        self.copies: set[str] = set()        # glob matches not followed: rotated copies of followed files
+        self.not_followed: dict[str, str] = {}   # named but not followed (a rotated copy, an alias) -> why
         self._parents: set[str] = set()      # followed files that have rotated copies among the matches
 
     # -- discovery --------------------------------------------------------------------------------------
@@ -112,21 +112,23 @@ class Follower:
         self._parents = set(copies.values())
         for path in [p for p, t in self.tails.items() if not t.literal and p in copies]:
             self._let_go(path)
+        reals = {t.real: p for p, t in self.tails.items()}
         for pat, paths in found:
-            if paths is None:
-                if pat not in self.tails:
-                    self._add(pat, literal=True)
-                continue
-            for path in paths:
+            for path in [pat] if paths is None else paths:
                 if path in self.tails:
                     continue
-                if path in copies:
-                    if path not in self.copies:
-                        self.copies.add(path)
-                        log.info("log %s (matched by %s) is a rotated copy of %s: read as part of its rotation, "
-                                 "not on its own", path, pat, copies[path])
+                if paths is not None and path in copies:
+                    why = f"a rotated copy of {copies[path]} (read as part of its rotation)"
+                elif (real := os.path.realpath(path)) in reals:
+                    # `a.log` and `./a.log`, a path and a glob matching it, a symlink and its target
+                    why = f"the same file as {reals[real]} (read once, as that)"
                 else:
-                    self._add(path, literal=False)
+                    self._add(path, literal=paths is None)
+                    reals[real] = path
+                    continue
+                if self.not_followed.get(path) != why:
+                    self.not_followed[path] = why
+                    log.info("log %s (from --log-file %s) is not followed on its own: it is %s", path, pat, why)
 
     def _let_go(self, path: str) -> None:
         t = self.tails.pop(path)
@@ -176,7 +178,7 @@ class Follower:
             else:
                 out[path] = "missing"
         for pat in self.patterns:
-            if _MAGIC.search(pat) and not any(not t.literal and fnmatchcase(p, pat) for p, t in self.tails.items()):
+            if _MAGIC.search(pat) and not any(fnmatchcase(p, pat) for p in [*self.tails, *self.not_followed]):
                 out[pat] = "missing"
         return out
 

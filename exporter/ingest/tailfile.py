@@ -111,10 +111,11 @@ NO_FILE = {"dev": 0, "ino": 0, "offset": 0, "lineno": 0, "skip": False, "fp": ""
 class Tail:
     """One followed path: the file it names (``cur``) and rotated-away files still drained (``old``)."""
 
-    __slots__ = ("cur", "had_file", "literal", "old", "path", "stats", "warned")
+    __slots__ = ("cur", "had_file", "literal", "old", "path", "real", "stats", "warned")
 
     def __init__(self, path: str, literal: bool, stats: FollowStats) -> None:
         self.path = path
+        self.real = os.path.realpath(path)   # what it named when first followed: another name for it is an alias
         self.literal = literal
         self.cur: OpenFile | None = None
         self.old: list[OpenFile] = []

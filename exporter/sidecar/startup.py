@@ -187,17 +187,23 @@ HISTORY_UNDATED_AGE = 86400.0     # replayed lines without any timestamp land th
 
 
 def _existing(patterns) -> list[str]:
-    """The files the patterns name now (globs expanded), in a stable order; like the follower, without a glob
-    match that is a rotated copy of another (its history is read as part of that file's, `readback.history`)."""
+    """The files the patterns name now (globs expanded), in a stable order; like the follower, each file once
+    (`a.log` and `./a.log` are one log) and without a glob match that is a rotated copy of another (its history
+    is read as part of that file's, `readback.history`)."""
     out: list[str] = []
     literal: set[str] = set()
+    reals: set[str] = set()
     for pat in patterns:
         if any(c in pat for c in "*?["):
             paths = sorted(glob.glob(pat, recursive=True))
         else:
             paths = [pat]
             literal.add(pat)
-        out += [p for p in paths if p not in out and os.path.isfile(p)]
+        for p in paths:
+            real = os.path.realpath(p)
+            if real not in reals and os.path.isfile(p):     # one file named twice is one log
+                reals.add(real)
+                out.append(p)
     copies = rotated_copies([*out, *literal])
     return [p for p in out if p in literal or p not in copies]
 

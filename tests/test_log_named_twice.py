@@ -1,7 +1,8 @@
-"""A `--log-file` glob that matches the live log and its rotated copies (`sglang.log*`): every line is counted
-once, at start-up (history replayed from the copy as part of the live file) and while following (each
-rotation's copy is read as part of the live file, never on its own), across restarts; the copies are no
-sources of their own. Waits are polls of the follower, driven by the test."""
+"""Log files named more than once: a `--log-file` glob that matches the live log and its rotated copies
+(`sglang.log*`), and one file under two names (`a.log` and `./a.log`, a path and a glob matching it, a symlink).
+Every line is counted once, at start-up (history replayed from the copy as part of the live file) and while
+following (each rotation's copy is read as part of the live file, never on its own), across restarts; copies
+and second names are no sources of their own. Waits are polls of the follower, driven by the test."""
 from __future__ import annotations
 
 import os
@@ -139,3 +140,26 @@ def test_a_live_file_gone_while_its_copies_are_there_keeps_them_from_being_read(
     live.write_text("c\n")
     assert [ln.text for ln in f.poll()] == ["c"]
     f.close()
+
+
+def test_one_file_under_several_names_is_one_log(tmp_path, monkeypatch, caplog):
+    """live.log named as a path, as ./live.log, through a symlink and by a glob: its 9 retractions count 9
+    (at start-up and for lines written later), it is the one source, and the glob is not reported missing."""
+    monkeypatch.chdir(tmp_path)
+    live = tmp_path / "live.log"
+    live.write_text(STARTUP.format(t=now()) + retractions(9))
+    (tmp_path / "link.log").symlink_to(live)
+    caplog.set_level("INFO", logger="exporter.ingest.follower")
+    sc = sidecar([live, "./live.log", tmp_path / "link.log", tmp_path / "*.log"])
+    assert sc.view().retractions_total == 9
+    with open(live, "a") as fh:
+        fh.write(retractions(3))
+    sc.poll_logs_once()
+    view = sc.view()
+    assert view.retractions_total == 12 and list(view.sources) == [str(live)]
+    assert "missing" not in sc.follower.join_status().values()
+    said = sorted(r.getMessage() for r in caplog.records if "not followed on its own" in r.getMessage())
+    assert said == sorted(f"log {name} (from --log-file {pat}) is not followed on its own: it is the same file "
+                          f"as {live} (read once, as that)" for name, pat in [
+                              ("./live.log", "./live.log"), (str(tmp_path / "link.log"), str(tmp_path / "link.log"))])
+    sc.shutdown()
