@@ -221,6 +221,30 @@ def test_storm_interval_times(tmp_path):
     assert storm["worst"] == pytest.approx(20.0, rel=0.05)
 
 
+@pytest.mark.parametrize("names", [(".2", ".1", ""), ("-20250810", "-20250811", "")], ids=["numbered", "dated"])
+def test_rotated_copies_in_the_shells_order_are_read_oldest_first(tmp_path, names):
+    """`analyze storm.log*` lists the live file first (and .1 before the older .2): the copies are read before
+    it, oldest first, so the report is the one of the whole log in order, and stderr says the order."""
+    w = LogWriter()
+    _storm(w)
+    lines = Path(w.write(tmp_path / "whole.log")).read_text().splitlines(keepends=True)
+    third = len(lines) // 3
+    parts = [tmp_path / f"storm.log{suffix}" for suffix in names]      # oldest first
+    for part, chunk in zip(parts, (lines[:third], lines[third:2 * third], lines[2 * third:])):
+        part.write_text("".join(chunk))
+    shell = sorted(str(p) for p in parts)                              # what `storm.log*` expands to
+    assert shell != [str(p) for p in parts]
+    proc = subprocess.run([sys.executable, "-m", "exporter", "analyze", *shell, "--format", "json", "-q"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got, whole = json.loads(proc.stdout), report(str(tmp_path / "whole.log"))
+    assert got["sources"] == [str(p) for p in parts]
+    assert proc.stderr == (f"analyze: reading {', '.join(str(p) for p in parts)} in this order (a file's rotated "
+                           "copies before it, oldest first)\n")
+    assert got["restarts"] == whole["restarts"] and got["signals"] == whole["signals"]
+    assert got["span"] == whole["span"]
+
+
 def test_retractions_and_underuse_reconciled(tmp_path):
     w = LogWriter()
     w.startup()

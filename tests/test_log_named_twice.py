@@ -12,7 +12,7 @@ import pytest
 
 from exporter.config import Config
 from exporter.ingest.follower import Follower
-from exporter.ingest.rotation import rotated_copies
+from exporter.ingest.rotation import in_log_order, rotated_copies
 from exporter.sidecar.run import Sidecar
 
 STARTUP = ("[{t}] server_args=ServerArgs(model_path='m', served_model_name='m', schedule_conservativeness=1.0)\n"
@@ -49,6 +49,15 @@ def test_rotated_copies_are_the_names_rotated_from_another():
              "/a/other.log", "/b/live.log.1", "/a/x.log.1.2"]
     assert rotated_copies(names) == {"/a/live.log.1": "/a/live.log", "/a/live.log-20261127": "/a/live.log",
                                      "/a/live.log_2": "/a/live.log"}
+
+
+def test_in_log_order_puts_each_files_copies_before_it_oldest_first():
+    assert in_log_order(["s.log", "s.log.1", "s.log.10", "s.log.2"]) == ["s.log.10", "s.log.2", "s.log.1", "s.log"]
+    assert in_log_order(["a.log", "s.log", "s.log-20261127", "s.log-20261125", "b.log"]) == [
+        "a.log", "s.log-20261125", "s.log-20261127", "s.log", "b.log"]
+    assert in_log_order(["0.log", "0.log.20261127-120000", "0.log.20261126-235959"]) == [
+        "0.log.20261126-235959", "0.log.20261127-120000", "0.log"]            # kubelet's
+    assert in_log_order(["b.log", "a.log", "s.log.1"]) == ["b.log", "a.log", "s.log.1"]   # no live file: as given
 
 
 @pytest.mark.parametrize("resume", [False, True], ids=["fresh", "resumed"])

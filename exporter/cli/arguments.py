@@ -87,7 +87,7 @@ def build_parser(command: str | None = None) -> _Parser:
     s = command_parser("analyze", "replay a log and report each signal over time, with advice")
     common(s)
     s.add_argument("files", nargs="+", metavar="FILE", help="SGLang log files (plain, CRI or Docker json), "
-                   "read in this order; - reads standard input")
+                   "read in this order (a file's rotated copies just before it, oldest first); - reads standard input")
     s.add_argument("--format", choices=("text", "json", "html"), default="text",
                    help="text for people, json for tools (docs/analyze.md), html: one file with charts")
     s.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (default: standard output)")

@@ -129,6 +129,7 @@ def _config(args, origins: dict | None = None, **extra):
 
 
 def cmd_analyze(args) -> int:
+    from exporter.ingest.rotation import in_log_order
     from exporter.report.analyze import analyze
     from exporter.report.text import render_text
     problem = next(filter(None, map(_check_input, args.files)), None)
@@ -141,6 +142,11 @@ def cmd_analyze(args) -> int:
         return EXIT_USAGE
     origins: dict = {}
     cfg = _config(args, origins)
+    files = in_log_order(args.files)
+    if files != args.files:
+        print(f"analyze: reading {', '.join(files)} in this order (a file's rotated copies before it, oldest "
+              "first)", file=sys.stderr)
+        args.files = files
     report = analyze(args.files, cfg, progress=None if not args.quiet else False, series=args.format == "html",
                      profile_default="profile" not in origins)
     if report["lines"]["read"] and not report["lines"]["recognised"]:

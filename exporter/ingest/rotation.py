@@ -42,6 +42,27 @@ def rotated_copies(paths) -> dict[str, str]:
     return out
 
 
+def in_log_order(paths: list[str]) -> list[str]:
+    """`paths` with each file's rotated copies among them (`rotated_copies`) moved just before it, oldest
+    first: a shell's ``sglang.log*`` lists the live file first and ``.1`` (newer) before ``.2``, the reverse
+    of when their lines were written. Numbered copies (``.1``, ``.2``, logrotate's default) are older the
+    higher their number; dated ones (``-20261127``, kubelet's ``.20261127-120000``) the earlier their date."""
+    copies = rotated_copies(paths)
+    if not copies:
+        return list(paths)
+
+    def age(copy: str) -> tuple:
+        suffix = os.path.basename(copy)[len(os.path.basename(copies[copy])) + 1:]
+        numbered = suffix.isdigit() and len(suffix) < 6
+        return (1, -int(suffix)) if numbered else (0, suffix)
+
+    out: list[str] = []
+    for p in paths:
+        if p not in copies:                 # (a copy's live file is always among `paths`)
+            out += sorted((c for c, live in copies.items() if live == p), key=age) + [p]
+    return out
+
+
 def rotated_siblings(path: str) -> list[str]:
     """Uncompressed files next to ``path`` whose name starts with its name (not ``path`` itself), most
     recently modified first."""
