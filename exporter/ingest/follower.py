@@ -98,6 +98,8 @@ class Follower:
         self.closed = False                  # close() was called: polls return nothing, run() ends
         self._watcher = None                 # the running loop's Watcher (exporter/ingest/watch.py)
         self.not_followed: dict[str, str] = {}   # named but not followed (a rotated copy, an alias) -> why
+        self._names: set[str] = set()        # the names _expand last saw, and the copies among them
+        self._copies: dict[str, str] = {}
         self._parents: set[str] = set()      # followed files that have rotated copies among the matches
 
     # -- discovery --------------------------------------------------------------------------------------
@@ -107,9 +109,11 @@ class Follower:
                  if _MAGIC.search(pat) else (pat, None) for pat in self.patterns]
         # a glob match rotated from another followed file is read as part of that file's rotation, never on
         # its own (its lines would count twice); one followed before the file it came from appeared is let go
-        named = (p for pat, paths in found for p in (paths if paths is not None else [pat]))
-        copies = rotated_copies({*self.tails, *named})
-        self._parents = set(copies.values())
+        names = {*self.tails, *(p for pat, paths in found for p in (paths if paths is not None else [pat]))}
+        if names != self._names:            # (the names change on rotations and new files, not per poll)
+            self._names, self._copies = names, rotated_copies(names)
+            self._parents = set(self._copies.values())
+        copies = self._copies
         for path in [p for p, t in self.tails.items() if not t.literal and p in copies]:
             self._let_go(path)
         reals = {t.real: p for p, t in self.tails.items()}
