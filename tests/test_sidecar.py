@@ -48,3 +48,37 @@ def test_start_up_says_a_log_holds_no_start_up_only_when_it_has_bytes(tmp_path, 
     said = [r.getMessage() for r in caplog.records if "no SGLang start-up" in r.getMessage()]
     assert said == [f"log {headless}: no SGLang start-up in its last 1024 bytes and the file is larger; joining at "
                     "the end (start-up facts unknown until SGLang prints them)"]
+
+
+class _GrowsWhileRead(dict):
+    """A follower's stats as the follow thread changes them: a new glob match lands while another thread
+    walks the paths (items() or values() of the dict itself)."""
+
+    def _grow(self):
+        self[f"new-{len(self)}.log"] = next(iter(dict.values(self)))
+
+    def items(self):
+        for i, kv in enumerate(super().items()):
+            if i == 0:
+                self._grow()
+            yield kv
+
+    def values(self):
+        for i, v in enumerate(super().values()):
+            if i == 0:
+                self._grow()
+            yield v
+
+
+def test_the_sources_are_judged_while_the_follow_thread_adds_a_path(tmp_path):
+    """The follow thread adds and drops paths (a glob's new match, a let-go rotated copy) outside the sidecar's
+    lock: judging the sources and building the view read a copy, never the dict as it changes size."""
+    log = tmp_path / "sglang.log"
+    log.write_text(CRASH)
+    sc = Sidecar(Config(log_files=(str(log),)))
+    sc.prepare()
+    sc.follower.stats = _GrowsWhileRead(sc.follower.stats)
+    sc.evaluate_once()
+    view = sc.view()
+    assert str(log) in view.log_sources
+    sc.shutdown()

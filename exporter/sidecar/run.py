@@ -173,12 +173,15 @@ class Sidecar:
         f = self.follower
         if f is not None:
             stuck = self._follow_stuck()
-            self.engine.set_sources(log_up=not stuck and any(s.up for s in f.stats.values()))
+            # a copy: the follow thread adds and drops paths (a glob's new match, a let-go copy) as it polls,
+            # outside our lock, and a dict must not change size while it is iterated
+            stats = dict(f.stats)
+            self.engine.set_sources(log_up=not stuck and any(s.up for s in stats.values()))
             stuck_for = time.monotonic() - f.last_poll if stuck and f.last_poll is not None else None
-            for path, s in f.stats.items():
+            for path, s in stats.items():
                 problem = log_source_problem(path, s.up, s.stale, s.rotations, s.last_error, stuck_for)
                 self.health.observe(path, "log", f"log source {path}", s.up and not stuck, problem, now)
-            self.health.forget("log", f.stats)
+            self.health.forget("log", stats)
 
     def _follow_stuck(self) -> bool:
         """The follow thread runs but has not finished a poll for far longer than its interval: its sources read
@@ -348,7 +351,7 @@ class Sidecar:
             logs = {}
             if self.follower is not None:
                 stuck = self._follow_stuck()
-                for path, s in self.follower.stats.items():
+                for path, s in dict(self.follower.stats).items():     # (a copy: see _update_log_up)
                     logs[path] = {"lines_read": s.lines_read, "rotations": s.rotations,
                                   "truncations": s.truncations, "lines_cut": s.lines_cut,
                                   "up": s.up and not stuck,
