@@ -100,6 +100,8 @@ class Upstream:
                     self.stop.wait(30)
                 elif mode == "500":
                     conn.sendall(http_reply(b"internal error", "500 Internal Server Error"))
+                elif mode == "404":         # SGLang started without --enable-metrics: no /metrics route
+                    conn.sendall(http_reply(b'{"detail":"Not Found"}', "404 Not Found"))
                 elif mode == "garbage":
                     conn.sendall(http_reply(b"<html><body>It works!</body></html>\n"))
                 elif mode == "binary":
@@ -190,6 +192,8 @@ PROTOCOL_FAULTS = [
     ("reset", "protocol: "),
     ("hang", "timeout: "),
     ("500", "http 500"),
+    ("404", "http 404: no /metrics there (SGLang serves it only when started with --enable-metrics; or "
+            "--sglang-url names another port or path)"),
     ("garbage", "not an exposition: "),
     ("binary", "not an exposition: "),
     ("huge", "too large: "),

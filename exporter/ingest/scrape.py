@@ -28,6 +28,10 @@ from prometheus_client.parser import text_fd_to_metric_families
 from exporter.catalog import VALUE_RANGES
 from exporter.catalog.native import NATIVE_VALUES, SERIES_FILTERS
 
+# what an HTTP status most often means here, after the status in a failed scrape's reason
+HTTP_HINTS = {404: ": no /metrics there (SGLang serves it only when started with --enable-metrics; or --sglang-url "
+                   "names another port or path)"}
+
 # SGLang's families -> our values: one table, in the catalog (exporter/catalog/native.py)
 _BY_FAMILY: dict[str, list] = {}
 for _v in NATIVE_VALUES:
@@ -351,7 +355,7 @@ def _fetch(url: str, deadline: float, timeout: float, max_bytes: int) -> ScrapeR
                      headers={"Accept": "text/plain;version=0.0.4"})
         resp = conn.getresponse()
         if not 200 <= resp.status < 300:
-            raise _Failed(f"http {resp.status}")
+            raise _Failed(f"http {resp.status}" + HTTP_HINTS.get(resp.status, ""))
         length = resp.getheader("Content-Length")
         if length and length.isascii() and length.isdigit() and int(length) > max_bytes:
             raise _Failed(f"too large: Content-Length {int(length)} over {max_bytes} bytes")
