@@ -215,8 +215,9 @@ def test_signal_forwarding_and_exit_status(tmp_path):
             " sys.exit(0)))\n"
             "print('ready', file=sys.stderr, flush=True)\n"
             "while True: time.sleep(0.05)\n")
+    # its own process group: a failure must not leave the wrapped program (SGLang's stand-in) running
     p = subprocess.Popen([sys.executable, str(HANDOFF), f"--file={log}", "--", sys.executable, "-c", prog],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
         wait_until(lambda: log.exists() and "ready" in log.read_text(), timeout=30, what="child ready")
         # only the main thread may take a forwarded signal: one handed to a pump thread would never run its
@@ -228,9 +229,11 @@ def test_signal_forwarding_and_exit_status(tmp_path):
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=30) == 0
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass                            # the group is gone: handoff and its child both exited
+        p.wait()
     assert "got SIGTERM" in log.read_text()
     # killed by a signal: 128 + N, like a shell
     r = subprocess.run([sys.executable, str(HANDOFF), f"--file={log}", "--", sys.executable, "-c",
