@@ -2,15 +2,17 @@
 """Instructions per evaluation of `analyze` (Engine.evaluate every 5 s of log time), counted by valgrind.
 
     python bench/evaluations.py [--lines 20000] [--seed 1] [--root DIR] [--layout sglang|custom]
-                                [--profile bench|realistic] [--judges]
+                                [--profile bench|realistic] [--judges | --in-replay]
 
 `analyze` runs twice on the same generated log under callgrind: with the default evaluation interval, and with
 one longer than the log (a single evaluation, at its end). The difference, divided by the difference in
 evaluations, is the cost of one evaluation (window expiry, the judges, history, advice), start-up and the
 per-line work taken out. `--judges` instead times, in this process (wall clock: pin it, `taskset -c 0`), each
 judge, window expiry and a whole evaluation on the state at the log's end, best of 5 x 2,000 calls: which
-judges an evaluation's cost is. Instruction counts, not seconds: the machine is shared (see instructions.py). Needs
-valgrind.
+judges an evaluation's cost is. `--in-replay` times the same parts during the replay, where the state moves
+between two evaluations: each judge, window expiry, the Judgements built anew and the whole evaluation, per
+evaluation (a judge costs more there than on the final state, and so does the evaluation). The default mode
+counts instructions, not seconds: the machine is shared (see instructions.py); it needs valgrind.
 """
 from __future__ import annotations
 
@@ -55,9 +57,14 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
                     help="realistic: the held-out measurement's kind of log (genlog.py --profile)")
     ap.add_argument("--judges", action="store_true", help="time each judge on the log's final state (see above)")
+    ap.add_argument("--in-replay", action="store_true",
+                    help="time each judge and each part of an evaluation during the replay, on the state as it "
+                         "changes (a judge costs more there than on the final state: its inputs move)")
     a = ap.parse_args(argv)
     if a.judges:
         return time_judges(a)
+    if a.in_replay:
+        return time_in_replay(a)
     if not shutil.which("valgrind"):
         print("valgrind not installed (apt-get install -y valgrind)", file=sys.stderr)
         return 2
@@ -120,6 +127,58 @@ def time_judges(a) -> int:
     for us, sid in sorted(rows, reverse=True):
         print(f"| {sid} | {us:.2f} |")
     print(f"| (all judges) | {judged:.2f} |")
+    return 0
+
+
+def time_in_replay(a) -> int:
+    """Microseconds per evaluation of each judge, of window expiry, of the Judgements built anew (the changed
+    ones) and of the whole evaluation, summed over the replay of the log (wall clock: pin it, `taskset -c 0`)."""
+    import time
+
+    import genlog
+    sys.path.insert(0, a.root)
+    from exporter.config import Config
+    from exporter.engine import Engine
+    from exporter.report import analyze as report
+
+    spent: dict[str, int] = {}      # part -> ns over the replay
+    calls = [0]                     # evaluations
+    clock = time.perf_counter_ns
+
+    def timed(name: str, call):
+        def run(*args):
+            t = clock()
+            out = call(*args)
+            spent[name] = spent.get(name, 0) + clock() - t
+            return out
+        return run
+
+    class Timed(Engine):        # analyze's engine, its evaluation taken apart
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            ev = self._evaluate
+            ev._plan = tuple((sid, sev, window, timed(sid, judge), p) for sid, sev, window, judge, p in ev._plan)
+            ev._take = timed("(Judgements built anew)", ev._take)
+            self.state.expire = timed("(window expiry)", self.state.expire)
+
+        def evaluate(self, now):
+            calls[0] += 1
+            return timed("(a whole evaluation)", super().evaluate)(now)
+
+    report.Engine = Timed       # type: ignore[misc]
+    with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:
+        log = Path(tmp) / "bench.log"
+        genlog.write(a.lines, str(log), seed=a.seed, layout=a.layout, profile=a.profile)
+        t = time.process_time()
+        report.analyze([str(log)], Config(), progress=False)
+        total = time.process_time() - t
+    n = calls[0]
+    print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, profile {a.profile}")
+    print(f"analyze {total:.2f} CPU s; {n:,} evaluations, {spent['(a whole evaluation)'] / 1e9:.2f} s in all "
+          "(with the timers' own cost)")
+    print("| part | µs per evaluation |\n|---|---|")
+    for name, ns in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(f"| {name} | {ns / n / 1000:.1f} |")
     return 0
 
 
