@@ -71,14 +71,19 @@ class _GrowsWhileRead(dict):
 
 
 def test_the_sources_are_judged_while_the_follow_thread_adds_a_path(tmp_path):
-    """The follow thread adds and drops paths (a glob's new match, a let-go rotated copy) outside the sidecar's
-    lock: judging the sources and building the view read a copy, never the dict as it changes size."""
+    """The follow thread adds and drops paths (a glob's new match, a let-go rotated copy), parsers and unparsed
+    reasons outside the sidecar's lock: judging the sources and building the view read copies, never a dict as
+    it changes size."""
     log = tmp_path / "sglang.log"
     log.write_text(CRASH)
     sc = Sidecar(Config(log_files=(str(log),)))
     sc.prepare()
     sc.follower.stats = _GrowsWhileRead(sc.follower.stats)
+    sources = sc.log_sources.by_source
+    (parser,) = [sp.parser for sp in sources.values()]
+    parser.unparsed = _GrowsWhileRead(parser.unparsed or {"traceback": 1})   # a new reason, as lines come
+    sc.log_sources.by_source = _GrowsWhileRead(sources)                      # a new glob match's first lines
     sc.evaluate_once()
     view = sc.view()
-    assert str(log) in view.log_sources
+    assert str(log) in view.log_sources and view.unparsed
     sc.shutdown()

@@ -71,9 +71,11 @@ class Sources:
         return out
 
     def unparsed(self) -> Counter:
+        """The unparsed lines of every source by reason. Read from copies (made in C, under the GIL): the live
+        sidecar asks from another thread than the one that feeds lines, adds sources and new reasons."""
         total: Counter = Counter()
-        for sp in self.by_source.values():
-            total.update(sp.parser.unparsed)
+        for sp in dict(self.by_source).values():
+            total.update(dict(sp.parser.unparsed))
         return total
 
 

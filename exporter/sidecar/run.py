@@ -392,7 +392,7 @@ class Sidecar:
         return {**self.last_scrape, "rejected": dict(self.last_scrape["rejected"])}
 
     def _format_family(self) -> str:
-        for sp in self.log_sources.by_source.values():
+        for sp in dict(self.log_sources.by_source).values():    # (a copy: the follow thread adds sources)
             if sp.parser.format_family:
                 return sp.parser.format_family
         return ""
