@@ -6,9 +6,15 @@ and second names are no sources of their own. Waits are polls of the follower, d
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import urllib.request
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
+from helpers import free_port, wait_until
 
 from exporter.config import Config
 from exporter.ingest.follower import Follower
@@ -172,3 +178,61 @@ def test_one_file_under_several_names_is_one_log(tmp_path, monkeypatch, caplog):
                           f"as {live} (read once, as that)" for name, pat in [
                               ("./live.log", "./live.log"), (str(tmp_path / "link.log"), str(tmp_path / "link.log"))])
     sc.shutdown()
+
+
+def test_serve_on_a_glob_over_the_handoffs_rotations_counts_each_line_once(tmp_path):
+    """As deployed with the log hand-off rotating every 4 KiB (3 backups) and `--log-file 'sglang.log*'`: 20
+    bursts of 20 retractions, each released once the sidecar has read the one before, through about ten
+    rotations: the count is what was written after every burst (a copy read again would show at once), and
+    the live file is the one source. Real processes on 127.0.0.1; waits are polls with deadlines."""
+    root = Path(__file__).resolve().parents[1]
+    logs, go = tmp_path / "logs", tmp_path / "go"
+    logs.mkdir()
+    go.mkdir()
+    writer = tmp_path / "writer.py"
+    writer.write_text(
+        "import os, sys, time\nfrom datetime import datetime, timezone\n"
+        "for burst in range(20):\n"
+        "    t = datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M:%S')\n"
+        "    for _ in range(20):\n"
+        "        print(f'[{t} TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1, '\n"
+        "              '#new_token_ratio: 0.7000 -> 0.8000', flush=True)\n"
+        f"    while not os.path.exists(os.path.join({str(go)!r}, str(burst))):\n"
+        "        time.sleep(0.005)      # released by the test once the sidecar read this burst\n")
+    port = free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "exporter", "serve", "--log-file", f"{logs}/sglang.log*",
+                              "--listen", f"127.0.0.1:{port}"], cwd=root, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env={**os.environ, "SGLANG_EXPORTER_POLL_INTERVAL": "0.05"},
+                             start_new_session=True)
+    handoff = None
+
+    def exposed() -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            lines = r.read().decode().splitlines()
+        return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in lines if ln and not ln.startswith("#"))}
+
+    try:
+        wait_until(lambda: exposed(), timeout=30, what="serve to answer")
+        handoff = subprocess.Popen([sys.executable, str(root / "exporter" / "ingest" / "handoff.py"),
+                                    f"--file={logs}/sglang.log", "--max-bytes=4KiB", "--backups=3", "--no-copy",
+                                    "--", sys.executable, str(writer)], start_new_session=True)
+        for burst in range(20):
+            want = 20 * (burst + 1)
+            got = wait_until(lambda want=want: (n := exposed().get("sglang_exporter_retractions_total", 0)) >= want
+                             and n, timeout=30, what=f"burst {burst} read")
+            assert got == want, f"after burst {burst}: {got} counted, {want} written"
+            (go / str(burst)).touch()
+        assert handoff.wait(timeout=30) == 0
+        metrics = exposed()
+        assert metrics["sglang_exporter_retractions_total"] == 400
+        assert metrics[f'sglang_exporter_log_rotations_total{{source="{logs}/sglang.log"}}'] >= 5
+        assert sorted(k for k in metrics if k.startswith("sglang_exporter_source_up{")) == [
+            f'sglang_exporter_source_up{{source="{logs}/sglang.log"}}']
+    finally:
+        for proc in (handoff, serve):
+            if proc is not None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=10)
