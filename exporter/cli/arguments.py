@@ -56,7 +56,8 @@ def build_parser(command: str | None = None) -> _Parser:
     s = command_parser("serve", "run the sidecar: follow SGLang's logs, scrape its /metrics, serve ours")
     common(s)
     s.add_argument("--log-file", action="append", metavar="PATH",
-                   help="SGLang log file or glob; repeatable (env SGLANG_EXPORTER_LOG_FILE, comma-separated)")
+                   help="SGLang log file or glob (rotated copies a glob matches are read as part of their live "
+                        "file); repeatable (env SGLANG_EXPORTER_LOG_FILE, comma-separated)")
     s.add_argument("--from-start", action="store_true", help="replay all existing log content, on the log's own "
                    "clock (env SGLANG_EXPORTER_FROM_START); default: replay from the latest SGLang start-up")
     s.add_argument("--from-end", action="store_true", help="replay nothing: start at the end of existing logs "
