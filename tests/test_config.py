@@ -59,6 +59,24 @@ def test_env_types():
         from_env({"SGLANG_EXPORTER_SCRAPE_INTERVAL": "fast"})
 
 
+def test_a_leading_tilde_in_a_path_setting_is_the_home_directory(tmp_path, monkeypatch):
+    """A config file, an environment variable or `--log-file=~/x` reach us with ~ unexpanded (no shell read
+    them): the path settings expand it, as a shell would; other settings keep theirs."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "web.yaml").write_text("{}\n")
+    path = write(tmp_path, """\
+        log_files: ["~/a.log", "/abs/b.log"]
+        positions_file: ~/positions.json
+        web_config: ~/web.yaml
+        """)
+    cfg = build({}, environ={}, config_file=path)
+    assert cfg.log_files == (f"{tmp_path}/a.log", "/abs/b.log")
+    assert cfg.positions_file == f"{tmp_path}/positions.json" and cfg.web_config == f"{tmp_path}/web.yaml"
+    assert from_env({"SGLANG_EXPORTER_LOG_FILE": "~/c.log,~/d/*.log"})["log_files"] == (
+        f"{tmp_path}/c.log", f"{tmp_path}/d/*.log")
+    assert build({"log_files": ["~/e.log"]}, environ={}).log_files == (f"{tmp_path}/e.log",)
+
+
 def test_signal_overrides(tmp_path):
     path = write(tmp_path, """\
         profile: online

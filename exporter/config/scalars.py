@@ -20,9 +20,19 @@ _SCALARS = {
     "per_rank_series": (bool, "PER_RANK_SERIES"),
 }
 assert set(_SCALARS) | {"signals", "slo", "alerts"} == {f.name for f in fields(Config)}
+# settings naming files: a leading ~ is the home directory, as a shell would read it (a config file, an
+# environment variable or `--log-file=~/...` reach us without one expanding it)
+_PATHS = {"log_files", "positions_file", "web_config"}
 
 
 def _coerce(key: str, value, where: str):
+    value = _coerce_type(key, value, where)
+    if key in _PATHS and value is not None:
+        return tuple(map(os.path.expanduser, value)) if isinstance(value, tuple) else os.path.expanduser(value)
+    return value
+
+
+def _coerce_type(key: str, value, where: str):
     kind = _SCALARS[key][0]
     if kind is list:
         if isinstance(value, str):
