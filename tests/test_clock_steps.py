@@ -12,6 +12,7 @@ import pytest
 from exporter.config import Config
 from exporter.sidecar import readback
 from exporter.sidecar.run import Sidecar
+from exporter.sidecar.steady_clock import SteadyClock
 
 PAGING = ("retraction_storm", "retractions_frequent")
 
@@ -136,3 +137,84 @@ def test_the_clock_map_places_each_stretch_by_itself(tmp_path):
     placer = cmap.placer()
     placed = [placer.place(ts) for ts in (last - 5 * 3600 - 50 + 3590, last - 5 * 3600 - 50)]
     assert placed[0] == placed[1]
+
+
+# ---------------------------------------------------------------------------------------------- the live clock
+class FakeTime:
+    """The system's wall clock and monotonic clock, moved by the test."""
+
+    def __init__(self):
+        self.wall, self.mono = 1_800_000_000.0, 5_000.0
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+
+def test_the_steady_clock_follows_the_monotonic_clock_and_tells_each_step_once(caplog):
+    t = FakeTime()
+    clock = SteadyClock(wall=lambda: t.wall, mono=lambda: t.mono)
+    caplog.set_level("WARNING", logger="exporter.sidecar.steady_clock")
+    t.advance(10)
+    assert clock() == 1_800_000_010.0 and clock.step() == 0.0
+    t.wall -= 3600                                  # NTP steps the system clock back an hour
+    t.advance(5)
+    assert clock() == 1_800_000_015.0 and clock.step() == -3600.0
+    clock.tell_step()
+    clock.tell_step()
+    t.wall += 20                                    # a small correction after it: not a new step worth a line
+    clock.tell_step()
+    t.wall += 7200                                  # then forward two hours: a new one
+    clock.tell_step()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert said[0].startswith("the system clock moved -3600 s from the one sglang-exporter keeps")
+    assert said[0].endswith("the dates it shows are 3600 s ahead of the system's until it restarts")
+    assert said[1].startswith("the system clock moved +3620 s")
+
+
+@pytest.mark.parametrize("clock_kind", ["steady", "wall"])
+def test_a_backward_step_of_the_system_clock_pages_no_storm(tmp_path, clock_kind):
+    """20 minutes of a retraction storm, quiet for 15, one quiet minute's worth of retractions (frequent, not a
+    storm), then the system clock steps back an hour. With the sidecar's steady clock the storm stays over,
+    20 minutes later too; the control, a sidecar on the wall clock, pages a storm out of that quiet minute
+    (its retractions counted as still to come for the next hour)."""
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    t = FakeTime()
+    clock = SteadyClock(wall=lambda: t.wall, mono=lambda: t.mono) if clock_kind == "steady" else (lambda: t.wall)
+    sc = Sidecar(Config(log_files=(str(log),)), clock=clock)
+    sc.prepare()
+
+    def retract(n: int) -> None:
+        with open(log, "a") as fh:
+            fh.write(f"[{stamp(datetime.now())} TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+                     "#new_token_ratio: 0.7000 -> 0.8000\n" * n)
+        sc.poll_logs_once()
+
+    def firing() -> set[str]:
+        return {sid for sid, j in sc.view().snapshot.judgements.items() if j.firing and sid in PAGING}
+
+    for _ in range(20):
+        retract(20)
+        t.advance(60)
+        sc.evaluate_once()
+    assert firing() == set(PAGING)
+    for _ in range(15):
+        t.advance(60)
+        sc.evaluate_once()
+    retract(20)
+    assert firing() == {"retractions_frequent"}
+    t.wall -= 3600
+    sc.evaluate_once()
+    try:
+        if clock_kind == "wall":
+            assert "retraction_storm" in firing()   # the control: what a step did before steady_clock.py
+            return
+        assert firing() == {"retractions_frequent"}
+        for _ in range(20):
+            t.advance(60)
+            sc.evaluate_once()
+        assert firing() == set()
+    finally:
+        sc.shutdown()

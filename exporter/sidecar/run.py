@@ -3,9 +3,10 @@
 Start-up (`prepare`, in startup.py) happens before the HTTP listener opens: every log is joined at a fixed
 point and what came before it that matters (the latest SGLang start-up, or what was written while the sidecar
 was down) is replayed on the log's own clock, so history lands where it happened and never raises a page.
-After that, time is arrival time from an injectable clock. Everything the faces show is taken as a consistent `View`
-under one lock, so a scrape of our /metrics never sees half an update. Read positions and counters are
-saved to a positions file (checkpoint.py) so a restarted sidecar resumes where it stopped.
+After that, time is arrival time from an injectable clock (by default one that no step of the system clock
+moves, steady_clock.py). Everything the faces show is taken as a consistent `View` under one lock, so a scrape
+of our /metrics never sees half an update. Read positions and counters are saved to a positions file
+(checkpoint.py) so a restarted sidecar resumes where it stopped.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from exporter.ingest.scrape import metrics_url, scrape
 from exporter.sidecar import checkpoint, startup
 from exporter.sidecar.source_health import SourceHealth, SourceStatus, log_source_problem
 from exporter.sidecar.startup import LOG_POLL_BUDGET  # noqa: F401 - re-exported (tests/test_memory.py)
+from exporter.sidecar.steady_clock import SteadyClock
 from exporter.signals.judgement import retractions_per_minute
 from exporter.web.recent import Recent
 
@@ -69,9 +71,11 @@ class View:
 
 
 class Sidecar:
-    def __init__(self, config: Config, clock=time.time):
+    def __init__(self, config: Config, clock: Callable[[], float] | None = None):
         self.config = config
-        self.clock = clock
+        # arrival time, immune to steps of the system clock (steady_clock.py); tests inject their own
+        self.clock = clock or SteadyClock()
+        self._steady = self.clock if isinstance(self.clock, SteadyClock) else None
         self.lock = threading.Lock()
         self.engine = Engine(config, log_fed=bool(config.log_files))
         self.log_sources = LogSources()
@@ -81,7 +85,7 @@ class Sidecar:
             "stuck": False, "last_success_age": None, "rejected": Counter(), "internal_errors": 0,
         } if config.sglang_url else None
         self._scrape_ok_t: float | None = None    # clock time of the last good scrape
-        self._scrape_done_t = clock()             # ... of the last scrape that finished, good or not
+        self._scrape_done_t = self.clock()        # ... of the last scrape that finished, good or not
         self.health = SourceHealth()              # every source's up/down with its reason; logs the changes
         self.recent = Recent()                    # the status page's last hour, sampled at evaluation time
         self.scrape_tried = not config.sglang_url
@@ -309,6 +313,8 @@ class Sidecar:
             self._update_metrics_up(now)
             self.engine.evaluate(now)
             self.recent.record(self.engine.state, now, self.engine.params)
+        if self._steady is not None:
+            self._steady.tell_step()
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stops the workers within `timeout` seconds in all (one deadline, not one per thread, so a stop
