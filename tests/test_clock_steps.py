@@ -218,3 +218,30 @@ def test_a_backward_step_of_the_system_clock_pages_no_storm(tmp_path, clock_kind
         assert firing() == set()
     finally:
         sc.shutdown()
+
+
+@pytest.mark.parametrize("clock_kind", ["steady", "wall"])
+def test_a_forward_step_of_the_system_clock_takes_no_server_for_stalled(tmp_path, clock_kind):
+    """A server printing a decode line every 5 s with requests queued; the system clock jumps 10 minutes ahead
+    between two of its lines. On the steady clock nothing stalled; the control, on the wall clock, judges ten
+    silent minutes and fires `stalled` (a critical page) until the next line."""
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    t = FakeTime()
+    clock = SteadyClock(wall=lambda: t.wall, mono=lambda: t.mono) if clock_kind == "steady" else (lambda: t.wall)
+    sc = Sidecar(Config(log_files=(str(log),)), clock=clock)
+    sc.prepare()
+    try:
+        for _ in range(60):
+            with open(log, "a") as fh:
+                fh.write(f"[{stamp(datetime.now())} TP0] Decode batch, #running-req: 5, #token: 100, token usage: "
+                         "0.50, cuda graph: True, gen throughput (token/s): 10.00, #queue-req: 3\n")
+            sc.poll_logs_once()
+            t.advance(5)
+            sc.evaluate_once()
+        t.wall += 600
+        sc.evaluate_once()
+        stalled = sc.view().snapshot.judgements["stalled"].firing
+        assert stalled is (clock_kind == "wall")
+    finally:
+        sc.shutdown()
