@@ -10,7 +10,7 @@ import pytest
 from helpers import free_port
 
 from exporter.config import Config
-from exporter.ingest.scrape import parse_exposition, scrape
+from exporter.ingest.scrape import metrics_url, parse_exposition, scrape
 from exporter.sidecar.run import SGLANG_SOURCE, Sidecar
 
 # ---------------------------------------------------------------------------------------------- fixtures
@@ -501,3 +501,12 @@ def test_https_target_read_through_the_deadline_reader(tmp_path, monkeypatch):
         assert res.ranks[(None, None, None)]["queue"] == 150.0
     finally:
         t.close()
+
+
+@pytest.mark.parametrize("base, url", [
+    ("http://h:30000", "http://h:30000/metrics"), ("http://h:30000/", "http://h:30000/metrics"),
+    ("http://h:30000/metrics/", "http://h:30000/metrics"), ("http://h:30000/sglang", "http://h:30000/sglang/metrics"),
+    ("https://h/x?a=1", "https://h/x/metrics?a=1"), ("https://h/x/metrics?a=1", "https://h/x/metrics?a=1"),
+    ("http://[::1]:30000", "http://[::1]:30000/metrics")])
+def test_metrics_url_is_the_servers_metrics_path_with_the_query_kept(base, url):
+    assert metrics_url(base) == url

@@ -446,5 +446,7 @@ def scrape(url: str, timeout: float, max_bytes: int) -> ScrapeResult:
 
 
 def metrics_url(base: str) -> str:
-    base = base.rstrip("/")
-    return base if base.endswith("/metrics") else base + "/metrics"
+    """SGLang's /metrics under `base` (its server URL, or already its /metrics), the query string kept."""
+    u = urlsplit(base)
+    path = u.path.rstrip("/")
+    return u._replace(path=path if path.endswith("/metrics") else path + "/metrics").geturl()
