@@ -88,6 +88,23 @@ def test_start_up_history_reaching_into_a_copy_the_glob_matches_is_counted_once(
     glob_sc.shutdown()
 
 
+def test_from_start_on_a_glob_replays_the_copies_it_matched_oldest_first_then_the_live_file(tmp_path):
+    """--from-start with `live.log*` over live.log.2 (the start-up and 3 retractions), live.log.1 (4), a
+    compressed live.log.3.gz and live.log (5): 12 counted, once each, on one clock; with the path alone only
+    live.log's 5 (the path names one file)."""
+    live = tmp_path / "live.log"
+    (tmp_path / "live.log.2").write_text(STARTUP.format(t=now()) + retractions(3))
+    (tmp_path / "live.log.1").write_text(retractions(4))
+    (tmp_path / "live.log.3.gz").write_bytes(b"\x1f\x8b\x08\x00 not lines")
+    live.write_text(retractions(5))
+    for patterns, want in (([f"{live}*"], 12), ([live], 5)):
+        sc = Sidecar(Config(log_files=tuple(str(p) for p in patterns), from_start=True))
+        sc.prepare()
+        assert sc.view().retractions_total == want, patterns
+        assert list(sc.view().sources) == [str(live)]
+        sc.shutdown()
+
+
 def test_rotations_while_following_a_glob_count_each_line_once(tmp_path):
     """Three logrotate rotations (live -> .1 -> .2) while a sidecar follows `live.log*`: every retraction once,
     only live.log a source, and the same again in a sidecar resumed from the positions file."""

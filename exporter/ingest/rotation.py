@@ -14,7 +14,8 @@ from exporter.ingest.positions import FINGERPRINT_BYTES
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".lzma", ".zip", ".z", ".br", ".sz")
 
 
-def _plain(name: str) -> bool:
+def plain(name: str) -> bool:
+    """Not a compressed file by its name (those hold no readable lines)."""
     return not name.lower().endswith(COMPRESSED)
 
 
@@ -71,7 +72,7 @@ def rotated_siblings(path: str) -> list[str]:
     try:
         with os.scandir(d) as it:
             for e in it:
-                if e.name != base and e.name.startswith(base) and _plain(e.name):
+                if e.name != base and e.name.startswith(base) and plain(e.name):
                     try:
                         st = e.stat(follow_symlinks=False)
                     except OSError:
@@ -90,7 +91,7 @@ def find_inode(dirs: list[str], dev: int, ino: int) -> str | None:
             with os.scandir(d) as it:
                 for e in it:
                     try:
-                        if e.inode() != ino or not _plain(e.name):
+                        if e.inode() != ino or not plain(e.name):
                             continue
                         st = e.stat(follow_symlinks=False)
                     except OSError:

@@ -11,7 +11,7 @@ import os
 from exporter.ingest.follower import Follower
 from exporter.ingest.lines import read_range
 from exporter.ingest.positions import FINGERPRINT_BYTES
-from exporter.ingest.rotation import newest_mtime, rotated_copies
+from exporter.ingest.rotation import in_log_order, newest_mtime, plain, rotated_copies
 from exporter.sidecar import checkpoint, readback
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,8 @@ def join_and_replay(sc) -> None:
     history = History(sc)
     start_at: dict = {}
     counted: list = []           # (path, ranges, placer): replayed after the saved counters are restored
-    for path in _existing(cfg.log_files):
+    files, copies = _existing(cfg.log_files)
+    for path in files:
         end = readback.complete_end(path)
         if end is None:
             continue
@@ -58,7 +59,8 @@ def join_and_replay(sc) -> None:
         if cfg.from_end:
             ranges = []
         elif cfg.from_start:
-            ranges = [(path, 0, size)]
+            # all of it: the rotated copies the patterns named first, oldest first, then the file itself
+            ranges = [(c, 0, os.path.getsize(c)) for c in copies.get(path, ())] + [(path, 0, size)]
         else:
             ranges = readback.history(path, size, cfg.readback_bytes, cfg.max_line_bytes)
             if not ranges and size:
@@ -186,10 +188,11 @@ class History:
 HISTORY_UNDATED_AGE = 86400.0     # replayed lines without any timestamp land this far back: outside every window
 
 
-def _existing(patterns) -> list[str]:
-    """The files the patterns name now (globs expanded), in a stable order; like the follower, each file once
-    (`a.log` and `./a.log` are one log) and without a glob match that is a rotated copy of another (its history
-    is read as part of that file's, `readback.history`)."""
+def _existing(patterns) -> tuple[list[str], dict[str, list[str]]]:
+    """The files the patterns name now (globs expanded), in a stable order, like the follower: each file once
+    (`a.log` and `./a.log` are one log) and without a glob match that is a rotated copy of another, whose
+    history is read as part of that file's (`readback.history`). Also, per file, its rotated copies the globs
+    matched, oldest first (what --from-start replays before it; compressed ones hold no lines)."""
     out: list[str] = []
     literal: set[str] = set()
     reals: set[str] = set()
@@ -204,8 +207,12 @@ def _existing(patterns) -> list[str]:
             if real not in reals and os.path.isfile(p):     # one file named twice is one log
                 reals.add(real)
                 out.append(p)
-    copies = rotated_copies([*out, *literal])
-    return [p for p in out if p in literal or p not in copies]
+    copies = {c: live for c, live in rotated_copies([*out, *literal]).items() if c not in literal}
+    by_file: dict[str, list[str]] = {}
+    for p in in_log_order([p for p in out if p in copies or p in copies.values()]):
+        if p in copies and plain(p):
+            by_file.setdefault(copies[p], []).append(p)
+    return [p for p in out if p not in copies], by_file
 
 
 def _tail(path: str, budget: int) -> list[tuple[str, int, int]]:
