@@ -173,18 +173,25 @@ def test_the_steady_clock_follows_the_monotonic_clock_and_tells_each_step_once(c
     assert said[1].startswith("the system clock moved +3620 s")
 
 
-@pytest.mark.parametrize("clock_kind", ["steady", "wall"])
-def test_a_backward_step_of_the_system_clock_pages_no_storm(tmp_path, clock_kind):
-    """20 minutes of a retraction storm, quiet for 15, one quiet minute's worth of retractions (frequent, not a
-    storm), then the system clock steps back an hour. With the sidecar's steady clock the storm stays over,
-    20 minutes later too; the control, a sidecar on the wall clock, pages a storm out of that quiet minute
-    (its retractions counted as still to come for the next hour)."""
+def live_sidecar(tmp_path, clock_kind: str):
+    """A prepared sidecar on an empty log, its clock the steady one or (the control) the wall clock itself,
+    both read from a FakeTime; returns (sidecar, time, log path)."""
     log = tmp_path / "sglang.log"
     log.write_text("")
     t = FakeTime()
     clock = SteadyClock(wall=lambda: t.wall, mono=lambda: t.mono) if clock_kind == "steady" else (lambda: t.wall)
     sc = Sidecar(Config(log_files=(str(log),)), clock=clock)
     sc.prepare()
+    return sc, t, log
+
+
+@pytest.mark.parametrize("clock_kind", ["steady", "wall"])
+def test_a_backward_step_of_the_system_clock_pages_no_storm(tmp_path, clock_kind):
+    """20 minutes of a retraction storm, quiet for 15, one quiet minute's worth of retractions (frequent, not a
+    storm), then the system clock steps back an hour. With the sidecar's steady clock the storm stays over,
+    20 minutes later too; the control, a sidecar on the wall clock, pages a storm out of that quiet minute
+    (its retractions counted as still to come for the next hour)."""
+    sc, t, log = live_sidecar(tmp_path, clock_kind)
 
     def retract(n: int) -> None:
         with open(log, "a") as fh:
@@ -225,12 +232,7 @@ def test_a_forward_step_of_the_system_clock_takes_no_server_for_stalled(tmp_path
     """A server printing a decode line every 5 s with requests queued; the system clock jumps 10 minutes ahead
     between two of its lines. On the steady clock nothing stalled; the control, on the wall clock, judges ten
     silent minutes and fires `stalled` (a critical page) until the next line."""
-    log = tmp_path / "sglang.log"
-    log.write_text("")
-    t = FakeTime()
-    clock = SteadyClock(wall=lambda: t.wall, mono=lambda: t.mono) if clock_kind == "steady" else (lambda: t.wall)
-    sc = Sidecar(Config(log_files=(str(log),)), clock=clock)
-    sc.prepare()
+    sc, t, log = live_sidecar(tmp_path, clock_kind)
     try:
         for _ in range(60):
             with open(log, "a") as fh:
