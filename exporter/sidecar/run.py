@@ -74,7 +74,7 @@ class Sidecar:
     def __init__(self, config: Config, clock: Callable[[], float] | None = None):
         self.config = config
         # arrival time, immune to steps of the system clock (steady_clock.py); tests inject their own
-        self.clock = clock or SteadyClock()
+        self.clock = clock if clock is not None else SteadyClock()
         self._steady = self.clock if isinstance(self.clock, SteadyClock) else None
         self.lock = threading.Lock()
         self.engine = Engine(config, log_fed=bool(config.log_files))
