@@ -8,16 +8,14 @@ export is unknown, never judged on nothing.
 Never raises, whatever the peer does: a failed scrape is a result with success=False and a reason that starts
 with its category ("refused", "unreachable", "timeout", "http 500", "protocol", "too large", "not an
 exposition", "internal"). The whole scrape (connect, headers, body) is bounded by its timeout, even against a
-peer that sends a byte at a time. Every number kept is finite and within its range in catalog.VALUE_RANGES;
-the others are dropped and counted in `rejected` by reason.
+peer that sends a byte at a time (the GET: http_get.py). Every number kept is finite and within its range in
+catalog.VALUE_RANGES; the others are dropped and counted in `rejected` by reason.
 """
 from __future__ import annotations
 
 import http.client
 import io
 import math
-import socket
-import ssl
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -27,10 +25,7 @@ from prometheus_client.parser import text_fd_to_metric_families
 
 from exporter.catalog import VALUE_RANGES
 from exporter.catalog.native import NATIVE_VALUES, SERIES_FILTERS
-
-# what an HTTP status most often means here, after the status in a failed scrape's reason
-HTTP_HINTS = {404: ": no /metrics there (SGLang serves it only when started with --enable-metrics; or --sglang-url "
-                   "names another port or path)"}
+from exporter.ingest import http_get
 
 # SGLang's families -> our values: one table, in the catalog (exporter/catalog/native.py)
 _BY_FAMILY: dict[str, list] = {}
@@ -51,7 +46,6 @@ REJECT_REASONS = ("non_finite", "out_of_range", "bad_le", "too_many_series")
 MAX_SCRAPE_RANKS = 256
 MAX_COUNTER_SERIES = 4096
 MAX_BUCKETS = 256
-MAX_REASON = 200       # characters of a failure reason (it may quote what the peer sent)
 
 
 @dataclass
@@ -181,7 +175,7 @@ class _Fold:
                 fam = next(families)
             except StopIteration:
                 return
-            except (_Failed, OSError, http.client.HTTPException):
+            except (http_get.Failed, OSError, http.client.HTTPException):
                 raise
             except Exception as exc:  # noqa: BLE001 - the parser's errors are not all ValueError
                 raise NotExposition(str(exc)) from None
@@ -294,151 +288,22 @@ def _read_family(fold: _Fold, fam, short: str, ours: str, kind: str, rank: int) 
                     fold.counters[key] = None
 
 
-# ------------------------------------------------------------------------------------------------ fetching
-class _Failed(Exception):
-    """A scrape failure whose reason is already written."""
-
-
-class _DeadlineReader(io.RawIOBase):
-    """The reading side of a socket where every read waits only for what is left of the scrape's time, so a
-    peer that dribbles its status line, headers or body a byte at a time cannot hold a scrape past it."""
-
-    def __init__(self, sock: socket.socket, deadline: float):
-        self.sock, self.deadline = sock, deadline
-        self.raw = sock.makefile("rb", buffering=0)   # holds the socket open until the response is done
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf) -> int | None:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("scrape deadline passed")
-        self.sock.settimeout(left)
-        return self.raw.readinto(buf)
-
-    def close(self) -> None:
-        self.raw.close()
-        super().close()
-
-
-class _DeadlineSocket:
-    """What http.client.HTTPResponse reads from (it only calls makefile)."""
-
-    def __init__(self, sock: socket.socket, deadline: float):
-        self.sock, self.deadline = sock, deadline
-
-    def makefile(self, mode: str = "rb", *args, **kwargs):
-        return io.BufferedReader(_DeadlineReader(self.sock, self.deadline))
-
-
-def _fetch(url: str, deadline: float, timeout: float, max_bytes: int) -> ScrapeResult:
-    """GET `url`: a 2xx reply's body parsed and folded as it arrives (never held whole), all of it before
-    `deadline`; raises on anything else."""
-    try:
-        u = urlsplit(url)
-        host, port = u.hostname or "", u.port
-    except ValueError as exc:
-        raise _Failed(f"unreachable: bad URL: {exc}") from None
-    conn: http.client.HTTPConnection
-    if u.scheme == "https":
-        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
-    else:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    # a factory where http.client expects the class: the response reads through the scrape's deadline
-    conn.response_class = lambda sock, *a, **kw: http.client.HTTPResponse(  # type: ignore[assignment]
-        _DeadlineSocket(sock, deadline), *a, **kw)  # type: ignore[arg-type]
-    try:
-        conn.connect()
-        conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        conn.request("GET", (u.path or "/") + (f"?{u.query}" if u.query else ""),
-                     headers={"Accept": "text/plain;version=0.0.4"})
-        resp = conn.getresponse()
-        if not 200 <= resp.status < 300:
-            raise _Failed(f"http {resp.status}" + HTTP_HINTS.get(resp.status, ""))
-        length = resp.getheader("Content-Length")
-        if length and length.isascii() and length.isdigit() and int(length) > max_bytes:
-            raise _Failed(f"too large: Content-Length {int(length)} over {max_bytes} bytes")
-        fold = _Fold()
-        fold.read(_body_lines(resp, deadline, timeout, max_bytes))
-        return fold.result()
-    finally:
-        conn.close()
-
-
-def _body_lines(resp: http.client.HTTPResponse, deadline: float, timeout: float, max_bytes: int) -> Iterator[str]:
-    """The body's lines as they arrive, at most `max_bytes` in all. The deadline is checked before every read,
-    so it covers the parsing and folding done between reads as well as the peer's pace."""
-    buf = bytearray()
-    size = 0
-    while True:
-        if time.monotonic() > deadline:
-            raise _Failed(f"timeout: the page was not read and parsed within {timeout:g} s")
-        chunk = resp.read1(_READ)
-        if not chunk:
-            break
-        size += len(chunk)
-        if size > max_bytes:
-            raise _Failed(f"too large: body over {max_bytes} bytes")
-        buf += chunk
-        end = buf.rfind(b"\n") + 1
-        if end:
-            lines = bytes(buf[:end - 1]).decode("utf-8", errors="replace").split("\n")
-            del buf[:end]
-            for line in lines:
-                yield line + "\n"
-    if resp.length:       # http.client ends a body cut short by the peer quietly
-        raise http.client.IncompleteRead(b"", resp.length)
-    if buf:
-        yield buf.decode("utf-8", errors="replace")
-
-
-_READ = 1 << 16        # bytes per read of a /metrics body
-
-
-def _printable(text: str) -> str:
-    """A peer's words made safe for one log line."""
-    return "".join(c if c.isprintable() else "?" for c in text)
-
-
+# ------------------------------------------------------------------------------------------------ the scrape
 def _reason(exc: BaseException, timeout: float) -> str:
-    """A failure's reason: a stable category, then what the peer did."""
-    if isinstance(exc, _Failed):
-        text = str(exc)
-    elif isinstance(exc, NotExposition):
-        text = f"not an exposition: {exc}"
-    elif isinstance(exc, TimeoutError):          # socket.timeout too
-        text = f"timeout: no complete reply within {timeout:g} s"
-    elif isinstance(exc, ConnectionRefusedError):
-        text = "refused: connection refused"
-    elif isinstance(exc, http.client.RemoteDisconnected):    # before OSError: it is a ConnectionResetError too
-        text = "protocol: closed without a reply"
-    elif isinstance(exc, http.client.IncompleteRead):
-        text = "protocol: body cut short or broken chunked encoding"
-    elif isinstance(exc, http.client.LineTooLong):
-        text = f"protocol: {exc}"
-    elif isinstance(exc, http.client.BadStatusLine):
-        text = f"protocol: not an HTTP reply: {exc.line!r}"  # type: ignore[attr-defined]  # (not in typeshed)
-    elif isinstance(exc, http.client.HTTPException):
-        text = f"protocol: {type(exc).__name__}: {exc}"
-    elif isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
-        text = "protocol: connection reset"
-    elif isinstance(exc, ssl.SSLError):
-        text = f"protocol: TLS: {exc.reason or exc}"
-    elif isinstance(exc, socket.gaierror):
-        text = f"unreachable: cannot resolve host: {exc.strerror or exc}"
-    elif isinstance(exc, OSError):
-        text = f"unreachable: {exc.strerror or exc}"
-    else:
-        text = f"internal: {type(exc).__name__}: {exc}"
-    return _printable(text)[:MAX_REASON]
+    """A failed scrape's reason: a page that is no exposition, else what the GET met (http_get.reason)."""
+    if isinstance(exc, NotExposition):
+        return http_get.printable(f"not an exposition: {exc}")[:http_get.MAX_REASON]
+    return http_get.reason(exc, timeout)
 
 
 def scrape(url: str, timeout: float, max_bytes: int) -> ScrapeResult:
     """GET `url` (SGLang's /metrics) within `timeout` seconds and at most `max_bytes`. Never raises."""
     start = time.monotonic()
+    fold = _Fold()
     try:
-        res = _fetch(url, start + timeout, timeout, max_bytes)
+        # the page is parsed and folded as it arrives, never held whole, all of it within the deadline
+        http_get.get_lines(url, start + timeout, timeout, max_bytes, fold.read)
+        res = fold.result()
     except Exception as exc:  # noqa: BLE001 - whatever the peer does, a scrape ends with a reason
         res = ScrapeResult(False, error=_reason(exc, timeout))
     res.duration = time.monotonic() - start
