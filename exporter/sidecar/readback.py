@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from exporter.ingest.events import as_event
 from exporter.ingest.lines import Block, read_range
 from exporter.ingest.pipeline import SourceParser
-from exporter.ingest.rotation import rotated_from
+from exporter.ingest.rotation import rotated_from, rotated_siblings
 
 DEFAULT_READBACK_BYTES = 256 << 20
 _CHUNK = 1 << 20
@@ -80,28 +80,12 @@ def find_startup(path: str, end: int, max_bytes: int = DEFAULT_READBACK_BYTES,
         os.close(fd)
 
 
-def rotated_siblings(path: str) -> list[str]:
+def rotated_away(path: str) -> list[str]:
     """Files rotated away from `path` by rename (`x.log.1`, `x.log-20250101`, kubelet's `0.log.20250101-...`),
-    newest first; compressed ones are skipped (their bytes are not lines)."""
-    directory, base = os.path.split(os.path.abspath(path))
-    try:
-        names = os.listdir(directory or ".")
-    except OSError:
-        return []
-    out = []
-    for name in names:
-        if not rotated_from(name, base):
-            continue
-        if name.endswith((".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp")):
-            continue
-        full = os.path.join(directory, name)
-        try:
-            st = os.stat(full)
-        except OSError:
-            continue
-        if os.path.isfile(full):
-            out.append((st.st_mtime_ns, full))
-    return [p for _, p in sorted(out, reverse=True)]
+    newest first: rotation.rotated_siblings held to the naming rule (`rotated_from`), without temporary files.
+    Compressed ones are left out there (their bytes are not lines)."""
+    base = os.path.basename(path)
+    return [p for p in rotated_siblings(path) if rotated_from(os.path.basename(p), base) and not p.endswith(".tmp")]
 
 
 def history(path: str, end: int, max_bytes: int = DEFAULT_READBACK_BYTES,
@@ -117,7 +101,7 @@ def history(path: str, end: int, max_bytes: int = DEFAULT_READBACK_BYTES,
         return [(path, first, end)]
     ranges = [(path, 0, end)]
     budget = max_bytes - end
-    for sib in rotated_siblings(path):
+    for sib in rotated_away(path):
         if budget <= 0:
             break
         try:
