@@ -146,12 +146,11 @@ def cmd_analyze(args) -> int:
     if files != args.files:
         print(f"analyze: reading {', '.join(files)} in this order (a file's rotated copies before it, oldest "
               "first)", file=sys.stderr)
-        args.files = files
-    report = analyze(args.files, cfg, progress=None if not args.quiet else False, series=args.format == "html",
+    report = analyze(files, cfg, progress=None if not args.quiet else False, series=args.format == "html",
                      profile_default="profile" not in origins)
     if report["lines"]["read"] and not report["lines"]["recognised"]:
         seen = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in list(report["layouts"]["skipped"].items())[:6])
-        _err(f"{', '.join(args.files)}: no SGLang log record found (not an SGLang log?): no line holds a message "
+        _err(f"{', '.join(files)}: no SGLang log record found (not an SGLang log?): no line holds a message "
              f"SGLang prints; lines seen: {seen or 'none'}")
         return EXIT_RUNTIME
     if args.format == "json":
