@@ -27,8 +27,9 @@ def require_tool(name: str) -> str:
     pytest.skip(msg)
 
 
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
-    """Poll `predicate` until it returns a truthy value or the deadline passes; returns that value."""
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, what="condition"):
+    """Poll `predicate` until it returns a truthy value or the deadline passes; returns that value. `what`
+    names the condition in the failure, or is called then to say it (with the state it failed in)."""
     deadline = time.monotonic() + timeout
     last_exc = None
     while True:
@@ -39,6 +40,7 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, what: s
         except Exception as exc:  # noqa: BLE001 - keep polling through transient errors, report the last
             last_exc = exc
         if time.monotonic() > deadline:
+            what = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last error: {last_exc!r}")
         time.sleep(interval)
 

@@ -34,7 +34,7 @@ from exporter.ingest.lines import (  # noqa: F401 - Line, read_lines, _cut_point
     read_lines,
 )
 from exporter.ingest.positions import validate_positions
-from exporter.ingest.recover import copied_while_empty, restore
+from exporter.ingest.recover import copied_while_empty, read_between, restore
 from exporter.ingest.rotation import find_copy, head_matches, newest_mtime, rotated_copies
 from exporter.ingest.tailfile import (  # noqa: F401 - FollowStats: re-exported for callers
     NO_FILE,
@@ -250,8 +250,10 @@ class Follower:
 
     def _poll_tail(self, t: Tail, out: list[Block], now: float) -> None:
         behind = False
-        for f in list(t.old):                           # older lines first
-            behind |= self._drain(t, f, out, now)
+        for f in list(t.old):                           # older lines first: a file stopped at the budget
+            if self._drain(t, f, out, now):             # holds the newer ones back
+                behind = True
+                break
         try:
             st = os.stat(t.path)
         except (FileNotFoundError, NotADirectoryError):
@@ -264,13 +266,13 @@ class Follower:
             if cur is None:
                 t.stats.up = False
             elif os.fstat(cur.fd).st_nlink == 0:
-                self._retire(t, out, now)               # deleted: drained like a renamed file
+                self._retire(t, out, now, behind)       # deleted: drained like a renamed file
             elif not behind:
                 self._read(cur, out, now)   # renamed, nothing at the path yet
             return
         if not stat.S_ISREG(st.st_mode):
             if cur is not None:
-                self._retire(t, out, now)
+                self._retire(t, out, now, behind)
             t.stats.up = False
             self._problem(t, "not a regular file")
             return
@@ -282,8 +284,11 @@ class Follower:
             if had:
                 t.stats.rotations += 1                  # deleted earlier, re-created now
         elif st.st_ino != cur.ino or st.st_dev != cur.dev:
-            # The path names another file now; the old one is read first, and on until it goes quiet.
-            self._retire(t, out, now)
+            # The path names another file now; the old one is read first, and on until it goes quiet, then
+            # any the path was rotated through since (two rotations between polls).
+            behind = self._retire(t, out, now, behind)
+            for f in read_between(self, t, cur, now, {(st.st_dev, st.st_ino)}) if cur in t.old else ():
+                behind = behind or self._drain(t, f, out, now)
             t.stats.rotations += 1
             if not self._open(t, at_end=False):
                 return
@@ -336,13 +341,15 @@ class Follower:
             t.old.remove(f)
         return False
 
-    def _retire(self, t: Tail, out: list[Block], now: float) -> None:
+    def _retire(self, t: Tail, out: list[Block], now: float, behind: bool) -> bool:
+        """Move the path's file to the drained ones, read on unless older ones are ``behind``; True when
+        anything of ``t`` stopped at the poll budget."""
         f, t.cur = t.cur, None
         assert f is not None                            # only an open file is retired
         f.since = now
         t.old.append(f)
         t.stats.up = False
-        self._drain(t, f, out, now)
+        return behind or self._drain(t, f, out, now)
 
     def _truncated(self, t: Tail, out: list[Block], now: float) -> None:
         cur = t.cur

@@ -11,8 +11,8 @@ import logging
 import os
 
 from exporter.ingest.positions import FINGERPRINT_BYTES
-from exporter.ingest.rotation import find_copy, find_copy_since, find_inode, head_matches
-from exporter.ingest.tailfile import Tail, open_at
+from exporter.ingest.rotation import find_copy, find_copy_since, find_inode, head_matches, written_after
+from exporter.ingest.tailfile import OpenFile, Tail, open_at
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +34,19 @@ def restore(fo, t: Tail, e: dict, now: float) -> bool:
         if st is not None and (st.st_dev, st.st_ino) == (e["dev"], e["ino"]):
             fo._saved[t.path] = dict(e, draining=[])    # ours, unreadable right now: applied at a later poll
             return False
-        drain_saved(fo, t, e, now)              # rotated away while we were down; the path is read later
+        saved = drain_saved(fo, t, e, now)      # rotated away while we were down; the path is read later
+        if saved is not None:
+            read_between(fo, t, saved, now, {(st.st_dev, st.st_ino)} if st is not None else set())
         t.stats.rotations += st is not None
         return False
     cur = t.cur
     assert cur is not None                      # _open returned True: the path's file is open
     if (cur.dev, cur.ino) != (e["dev"], e["ino"]):
         # the path names another file: ours was rotated away while we were down (read first, the new from 0)
-        drain_saved(fo, t, e, now)
+        saved = drain_saved(fo, t, e, now)
         t.stats.rotations += 1
+        if saved is not None:
+            read_between(fo, t, saved, now, {(cur.dev, cur.ino)})
         return True
     fp = bytes.fromhex(e["fp"])
     if os.fstat(cur.fd).st_size >= e["offset"] and head_matches(cur.fd, fp):
@@ -58,11 +62,12 @@ def restore(fo, t: Tail, e: dict, now: float) -> bool:
     else:
         f.once = True
         t.old.append(f)
+        read_between(fo, t, f, now, {(cur.dev, cur.ino)})
     t.stats.truncations += 1
     return True
 
 
-def drain_saved(fo, t: Tail, e: dict, now: float) -> None:
+def drain_saved(fo, t: Tail, e: dict, now: float) -> OpenFile | None:
     """A saved file the path no longer names: drained from its offset when found, else counted lost.
 
     It is looked for by device + inode in the path's directory or the one it points into now (not in the
@@ -76,6 +81,31 @@ def drain_saved(fo, t: Tail, e: dict, now: float) -> None:
     else:
         f.since = now
         t.old.append(f)
+    return f
+
+
+def read_between(fo, t: Tail, left: OpenFile, now: float, skip: set) -> list[OpenFile]:
+    """Queue, after ``left`` (a file of ``t`` rotated away, or its copytruncate copy), the files ``t``'s path
+    was rotated through since ``left`` was written: more than one rotation between the saved position and a
+    restart, or between two polls. Each is read from its start, oldest first, and drained like a renamed
+    file; ``skip`` names (device, inode) files read otherwise (the path's file now). Returns those queued."""
+    try:
+        left_ns = os.fstat(left.fd).st_mtime_ns
+    except OSError:
+        return []
+    queued = []
+    skip = skip | {(f.dev, f.ino) for f in t.old} | ({(t.cur.dev, t.cur.ino)} if t.cur is not None else set())
+    for p in written_after(os.path.realpath(t.path), left.name, left_ns, skip):
+        f = open_at(p, {"offset": 0, "lineno": 0, "skip": False}, b"", fo._splitter(t))
+        if f is not None:
+            f.take_fp()
+            f.since = now
+            t.old.append(f)
+            queued.append(f)
+            t.stats.rotations += 1
+            log.info("log source %s: %s was rotated away after the file last read (%s): read it whole",
+                     t.path, p, left.name)
+    return queued
 
 
 def lost(t: Tail, e: dict) -> None:

@@ -51,17 +51,46 @@ def in_log_order(paths: list[str]) -> list[str]:
     copies = rotated_copies(paths)
     if not copies:
         return list(paths)
-
-    def age(copy: str) -> tuple:
-        suffix = os.path.basename(copy)[len(os.path.basename(copies[copy])) + 1:]
-        numbered = suffix.isdigit() and len(suffix) < 6
-        return (1, -int(suffix)) if numbered else (0, suffix)
-
     out: list[str] = []
     for p in paths:
         if p not in copies:                 # (a copy's live file is always among `paths`)
-            out += sorted((c for c, live in copies.items() if live == p), key=age) + [p]
+            mine = sorted((c for c, live in copies.items() if live == p), key=lambda c: copy_age(c, p))
+            out += mine + [p]
     return out
+
+
+def copy_age(copy: str, live: str) -> tuple:
+    """A sort key of rotated copy `copy` of `live` by its name, older first: numbered copies are older the
+    higher their number, dated ones the earlier their date."""
+    suffix = os.path.basename(copy)[len(os.path.basename(live)) + 1:]
+    numbered = suffix.isdigit() and len(suffix) < 6
+    return (1, -int(suffix)) if numbered else (0, suffix)
+
+
+def written_after(path: str, than: str, than_ns: int, skip: set) -> list[str]:
+    """The rotated copies of ``path`` (`rotated_from` its name, uncompressed) last written after the file
+    ``than`` (last written at ``than_ns``) and none of the files ``skip`` names (device, inode), oldest first:
+    the files a path was rotated through after ``than`` was left, when it was rotated more than once since.
+    Copies written in the same file-system time tick as ``than`` are told apart by their names (`copy_age`);
+    one whose name cannot be ordered against ``than``'s is left out, as reading a file twice would count its
+    lines twice."""
+    base = os.path.basename(path)
+    mine = copy_age(than, path) if rotated_from(os.path.basename(than), base) else None
+    found = []
+    for p in rotated_siblings(path):
+        if not rotated_from(os.path.basename(p), base):
+            continue
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if st.st_mtime_ns < than_ns:
+            break                       # newest first: the rest are older still
+        age = copy_age(p, path)
+        if (st.st_dev, st.st_ino) in skip or (st.st_mtime_ns == than_ns and (mine is None or age <= mine)):
+            continue
+        found.append((st.st_mtime_ns, age, p))
+    return [p for *_, p in sorted(found)]
 
 
 def rotated_siblings(path: str) -> list[str]:

@@ -11,7 +11,7 @@ import os
 from exporter.ingest.follower import Follower
 from exporter.ingest.lines import read_range
 from exporter.ingest.positions import FINGERPRINT_BYTES
-from exporter.ingest.rotation import in_log_order, newest_mtime, plain, rotated_copies
+from exporter.ingest.rotation import in_log_order, newest_mtime, plain, rotated_copies, written_after
 from exporter.sidecar import checkpoint, readback
 
 log = logging.getLogger(__name__)
@@ -54,9 +54,14 @@ def join_and_replay(sc) -> None:
             for file, first, last in ranges:
                 history.replay(file, first, last, placer)
             continue
-        if pos is not None:
+        if pos is not None and pos["ino"]:
             continue                  # rotated or truncated while we were down: the follower sorts it out
-        if cfg.from_end:
+        if saved is not None:
+            # not there (or not matched yet) at the last save: all of it was written while no sidecar ran,
+            # after what the copies it has been rotated to since then hold (oldest first)
+            since = written_after(os.path.realpath(path), "", int(saved.written * 1e9), {(dev, ino)})
+            ranges = [(c, 0, os.path.getsize(c)) for c in since] + [(path, 0, size)]
+        elif cfg.from_end:
             ranges = []
         elif cfg.from_start:
             # all of it: the rotated copies the patterns named first, oldest first, then the file itself
