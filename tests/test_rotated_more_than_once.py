@@ -190,10 +190,16 @@ def test_two_rotations_between_polls_lose_nothing(tmp_path):
     rotate_numbered(p)
     append(p, "4")
     assert texts(f) == ["2", "3", "4"]
-    append(p, "5")
-    rotate_numbered(p)                              # one rotation: as before
-    append(p, "6")
-    assert texts(f) == ["5", "6"]
+    held = len(f.tails[str(p)].old)                 # drained until quiet for rotate_grace
+    for i in range(5, 25):                          # twenty between two polls: closed once read, except the
+        rotate_numbered(p, keep=30)                 # newest (its writer may not have left it) and the one
+        append(p, str(i))                           # open before
+    assert texts(f) == [str(i) for i in range(5, 25)]
+    assert len(f.tails[str(p)].old) - held == 2
+    append(p, "25")
+    rotate_numbered(p, keep=30)                     # one rotation: as before
+    append(p, "26")
+    assert texts(f) == ["25", "26"]
 
 
 # -- the sidecar's start-up: a log first seen after the last save ------------------------------------------

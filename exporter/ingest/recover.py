@@ -87,19 +87,23 @@ def drain_saved(fo, t: Tail, e: dict, now: float) -> OpenFile | None:
 def read_between(fo, t: Tail, left: OpenFile, now: float, skip: set) -> list[OpenFile]:
     """Queue, after ``left`` (a file of ``t`` rotated away, or its copytruncate copy), the files ``t``'s path
     was rotated through since ``left`` was written: more than one rotation between the saved position and a
-    restart, or between two polls. Each is read from its start, oldest first, and drained like a renamed
-    file; ``skip`` names (device, inode) files read otherwise (the path's file now). Returns those queued."""
+    restart, or between two polls. Each is read from its start, oldest first, the newest drained like a
+    renamed file; ``skip`` names (device, inode) files read otherwise (the path's file now). Returns those queued."""
     try:
         left_ns = os.fstat(left.fd).st_mtime_ns
     except OSError:
         return []
     queued = []
     skip = skip | {(f.dev, f.ino) for f in t.old} | ({(t.cur.dev, t.cur.ino)} if t.cur is not None else set())
-    for p in written_after(os.path.realpath(t.path), left.name, left_ns, skip):
+    between = written_after(os.path.realpath(t.path), left.name, left_ns, skip)
+    for i, p in enumerate(between):
         f = open_at(p, {"offset": 0, "lineno": 0, "skip": False}, b"", fo._splitter(t))
         if f is not None:
             f.take_fp()
             f.since = now
+            # a newer one followed it, so its writer has left it: closed once read (at a rotation every few ms
+            # held open for rotate_grace, they would run out of descriptors); the newest may still be written
+            f.once = i < len(between) - 1
             t.old.append(f)
             queued.append(f)
             t.stats.rotations += 1
