@@ -7,10 +7,13 @@ schedule on one thread, so an interleaving that fails is reproduced by its seed;
 does), and the consumer's lines are rolled back to its last save (the sidecar saves positions and counters in one file, after ingesting).
 One test at the end runs a real writer thread at >= 1,000 lines/s against a real `Follower.run`.
 
-What the schedule does not do, because no reader can survive it (docs/tailing.md, "Limits"): two rotations
-since the last saved position (the file in between is never seen); truncate or delete a file whose end was
-not yet saved (the data is gone); copytruncate a file whose first line was not yet saved (nothing identifies
-the copy); rotate by copy or truncation in the middle of a line.
+In the rename modes a path may be rotated any number of times between two polls and since the last saved
+position (the files in between are found by their modification times and names). What the schedule does not
+do, because no reader can survive it (docs/tailing.md, "Limits"): in the other modes, two rotations since the
+last saved position (kubelet compresses the file in between; a copy is recognised by a head the save may not
+have); truncate or delete a file whose end was not yet saved (the data is gone); copytruncate a file whose
+first line was not yet saved (nothing identifies the copy); rotate by copy or truncation in the middle of a
+line.
 """
 from __future__ import annotations
 
@@ -150,6 +153,7 @@ class Writer:
 MODES = ["rename_create", "rename_delayed_reopen", "rename_missing", "never_reopen", "copytruncate", "truncate",
          "delete_recreate", "symlink", "cri"]
 AT_LINE_BOUNDARY = {"copytruncate", "truncate", "delete_recreate", "symlink", "cri"}
+RENAMED_AWAY = {"rename_create", "rename_delayed_reopen", "rename_missing", "never_reopen"}   # numbered copies
 DESTRUCTIVE = {"truncate", "delete_recreate"}      # the old content is gone: its end must be saved first
 
 
@@ -222,7 +226,7 @@ class Run:
             return False
         if self.mode in DESTRUCTIVE:
             return self.f is not None          # rotate() saves the end first
-        return self.saved_knows_current()
+        return self.mode in RENAMED_AWAY or self.saved_knows_current()
 
     def rotate(self) -> None:
         if self.mode in DESTRUCTIVE:

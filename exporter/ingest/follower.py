@@ -34,8 +34,8 @@ from exporter.ingest.lines import (  # noqa: F401 - Line, read_lines, _cut_point
     read_lines,
 )
 from exporter.ingest.positions import validate_positions
-from exporter.ingest.recover import copied_while_empty, read_between, restore
-from exporter.ingest.rotation import find_copy, head_matches, newest_mtime, rotated_copies
+from exporter.ingest.recover import copied_while_empty, read_between, restore, truncated
+from exporter.ingest.rotation import head_matches, newest_mtime, rotated_copies
 from exporter.ingest.tailfile import (  # noqa: F401 - FollowStats: re-exported for callers
     NO_FILE,
     FollowStats,
@@ -279,6 +279,8 @@ class Follower:
         if cur is None:
             had = t.had_file
             saved = self._saved.pop(t.path, None)
+            if saved is None and t.old:                 # back after a rename: first what it was rotated to meanwhile
+                behind = self._between(t, t.old[-1], st, out, now, behind)
             if not (restore(self, t, saved, now) if saved is not None else self._open(t, at_end=False)):
                 return
             if had:
@@ -287,15 +289,15 @@ class Follower:
             # The path names another file now; the old one is read first, and on until it goes quiet, then
             # any the path was rotated through since (two rotations between polls).
             behind = self._retire(t, out, now, behind)
-            for f in read_between(self, t, cur, now, {(st.st_dev, st.st_ino)}) if cur in t.old else ():
-                behind = behind or self._drain(t, f, out, now)
+            if cur in t.old:                            # (not closed at once: truncated after the rename)
+                behind = self._between(t, cur, st, out, now, behind)
             t.stats.rotations += 1
             if not self._open(t, at_end=False):
                 return
         elif st.st_size < cur.offset or (
                 (st.st_size != cur.last_size or st.st_mtime_ns != cur.last_mtime)
                 and not head_matches(cur.fd, cur.fp)):
-            self._truncated(t, out, now)                # copytruncate, > file, truncate -s, rewrite
+            truncated(self, t, out, now)                # copytruncate, > file, truncate -s, rewrite
         cur = t.cur
         assert cur is not None                          # the path's file is open (reopened if it changed)
         cur.last_size = st.st_size
@@ -341,6 +343,13 @@ class Follower:
             t.old.remove(f)
         return False
 
+    def _between(self, t: Tail, left: OpenFile, st: os.stat_result, out: list[Block], now: float,
+                 behind: bool) -> bool:
+        """Read the files ``t``'s path was rotated to after ``left`` and before the file ``st`` (recover.py)."""
+        for f in read_between(self, t, left, now, {(st.st_dev, st.st_ino)}):
+            behind = behind or self._drain(t, f, out, now)
+        return behind
+
     def _retire(self, t: Tail, out: list[Block], now: float, behind: bool) -> bool:
         """Move the path's file to the drained ones, read on unless older ones are ``behind``; True when
         anything of ``t`` stopped at the poll budget."""
@@ -350,27 +359,6 @@ class Follower:
         t.old.append(f)
         t.stats.up = False
         return behind or self._drain(t, f, out, now)
-
-    def _truncated(self, t: Tail, out: list[Block], now: float) -> None:
-        cur = t.cur
-        assert cur is not None                          # only an open file is found truncated
-        copy = find_copy(os.path.realpath(t.path), cur.fp, cur.offset)
-        at = {"offset": cur.offset, "lineno": 0, "skip": False}
-        f = open_at(copy, at, cur.fp, self._splitter(t)) if copy else None
-        if f is not None:
-            # copytruncate: the lines between our offset and the truncation point are in the copy; our
-            # splitter goes with it, to finish the line it holds
-            f.split = cur.split
-            f.once = True
-            t.old.append(f)
-            self._drain(t, f, out, now)
-        else:
-            cur.split.flush(out)
-        cur.split = self._splitter(t)
-        cur.seek(0)
-        cur.fp = b""
-        cur.copy_after = newest_mtime(os.path.realpath(t.path))
-        t.stats.truncations += 1
 
     def _open(self, t: Tail, at_end: bool) -> bool:
         try:

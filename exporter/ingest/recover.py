@@ -1,6 +1,7 @@
 """Recovering lines of files a follower lost sight of: saved positions applied when it starts (resume in the
-same file, finish one rotated or truncated while it was down, or count it lost) and the copy of a file that
-was copytruncated before any of its bytes were read.
+same file, finish one rotated or truncated while it was down, or count it lost), the files a path was rotated
+through unseen (more than one rotation since the last poll or the last save), the copy of a file found
+copytruncated, and of one copytruncated before any of its bytes were read.
 
 Used by `Follower` (exporter/ingest/follower.py); the rules are in docs/tailing.md ("Join, positions and
 restart").
@@ -11,18 +12,29 @@ import logging
 import os
 
 from exporter.ingest.positions import FINGERPRINT_BYTES
-from exporter.ingest.rotation import find_copy, find_copy_since, find_inode, head_matches, written_after
-from exporter.ingest.tailfile import OpenFile, Tail, open_at
+from exporter.ingest.rotation import (
+    find_copy,
+    find_copy_since,
+    find_inode,
+    head_matches,
+    newest_mtime,
+    written_after,
+)
+from exporter.ingest.tailfile import OpenFile, Tail, fd_name, open_at
 
 log = logging.getLogger(__name__)
 
 
 def restore(fo, t: Tail, e: dict, now: float) -> bool:
     """Open ``t`` at the saved position ``e`` for the follower ``fo``; True when the path's file is open."""
-    for d in e.get("draining", ()):
-        drain_saved(fo, t, d, now)
-    if e["ino"] == 0:                            # nothing was there: what is there now is new
-        return fo._open(t, at_end=False)
+    drained = [f for d in e.get("draining", ()) if (f := drain_saved(fo, t, d, now)) is not None]
+    if e["ino"] == 0:
+        # nothing was there: what is there now is new, and so is any file it was rotated to since (after the
+        # newest file drained then: one created at the path, rotated away again while we were down)
+        opened = fo._open(t, at_end=False)
+        if drained:
+            read_between(fo, t, drained[-1], now, set())
+        return opened
     # Opened first, then compared by the descriptor's device + inode: a rotation between a stat of the path
     # and its open would otherwise make us take the new file for ours truncated, read ours once as its
     # "copy" and lose what its writer still appends to it (a writer that reopens late).
@@ -72,9 +84,16 @@ def drain_saved(fo, t: Tail, e: dict, now: float) -> OpenFile | None:
 
     It is looked for by device + inode in the path's directory or the one it points into now (not in the
     directory the saved ``name`` says: a damaged or foreign positions file must not make us read files
-    elsewhere)."""
+    elsewhere). The file the path names now, or one already read, is not it: its inode was freed (the file
+    compressed and deleted) and given to a new file, which an empty file's position (no head) cannot tell."""
     dirs = [os.path.dirname(os.path.realpath(t.path)), os.path.dirname(os.path.abspath(t.path))]
-    p = find_inode(dirs, e["dev"], e["ino"])
+    taken = {(f.dev, f.ino) for f in t.old} | ({(t.cur.dev, t.cur.ino)} if t.cur is not None else set())
+    try:
+        st = os.stat(t.path)
+        taken.add((st.st_dev, st.st_ino))
+    except OSError:
+        pass
+    p = find_inode(dirs, e["dev"], e["ino"]) if (e["dev"], e["ino"]) not in taken else None
     f = open_at(p, e, bytes.fromhex(e["fp"]), fo._splitter(t), same_inode=True) if p else None
     if f is None:
         lost(t, e)
@@ -95,7 +114,8 @@ def read_between(fo, t: Tail, left: OpenFile, now: float, skip: set) -> list[Ope
         return []
     queued = []
     skip = skip | {(f.dev, f.ino) for f in t.old} | ({(t.cur.dev, t.cur.ino)} if t.cur is not None else set())
-    between = written_after(os.path.realpath(t.path), left.name, left_ns, skip)
+    left_name = fd_name(left)                   # its name now (a numbered copy's number moves on)
+    between = written_after(os.path.realpath(t.path), left_name, left_ns, skip)
     for i, p in enumerate(between):
         f = open_at(p, {"offset": 0, "lineno": 0, "skip": False}, b"", fo._splitter(t))
         if f is not None:
@@ -108,7 +128,7 @@ def read_between(fo, t: Tail, left: OpenFile, now: float, skip: set) -> list[Ope
             queued.append(f)
             t.stats.rotations += 1
             log.info("log source %s: %s was rotated away after the file last read (%s): read it whole",
-                     t.path, p, left.name)
+                     t.path, p, left_name)
     return queued
 
 
@@ -136,3 +156,27 @@ def copied_while_empty(fo, t: Tail, out: list, now: float) -> bool:
     t.old.append(f)
     t.stats.truncations += 1
     return fo._drain(t, f, out, now)
+
+
+def truncated(fo, t: Tail, out: list, now: float) -> None:
+    """``t``'s file shrank or its head changed (copytruncate, truncation, a rewrite): what it held after our
+    offset is read from its copy when there is one (the rotated sibling with its head), then the file from 0."""
+    cur = t.cur
+    assert cur is not None                          # only an open file is found truncated
+    copy = find_copy(os.path.realpath(t.path), cur.fp, cur.offset)
+    at = {"offset": cur.offset, "lineno": 0, "skip": False}
+    f = open_at(copy, at, cur.fp, fo._splitter(t)) if copy else None
+    if f is not None:
+        # copytruncate: the lines between our offset and the truncation point are in the copy; our
+        # splitter goes with it, to finish the line it holds
+        f.split = cur.split
+        f.once = True
+        t.old.append(f)
+        fo._drain(t, f, out, now)
+    else:
+        cur.split.flush(out)
+    cur.split = fo._splitter(t)
+    cur.seek(0)
+    cur.fp = b""
+    cur.copy_after = newest_mtime(os.path.realpath(t.path))
+    t.stats.truncations += 1

@@ -68,12 +68,13 @@ def copy_age(copy: str, live: str) -> tuple:
 
 
 def written_after(path: str, than: str, than_ns: int, skip: set) -> list[str]:
-    """The rotated copies of ``path`` (`rotated_from` its name, uncompressed) last written after the file
-    ``than`` (last written at ``than_ns``) and none of the files ``skip`` names (device, inode), oldest first:
-    the files a path was rotated through after ``than`` was left, when it was rotated more than once since.
-    Copies written in the same file-system time tick as ``than`` are told apart by their names (`copy_age`);
-    one whose name cannot be ordered against ``than``'s is left out, as reading a file twice would count its
-    lines twice."""
+    """The rotated copies of ``path`` (`rotated_from` its name, uncompressed) newer than the file named
+    ``than`` now (last written at ``than_ns``) and none of the files ``skip`` names (device, inode), oldest
+    first: the files a path was rotated through after ``than`` was left, when it was rotated more than once
+    since. Newer means later by name (`copy_age`) and written no earlier: the name alone would take a file
+    renamed into the pattern for a copy, the time alone an older copy that its writer finished after ``than``
+    was created (a writer that reopens late) for a newer one. When ``than`` is no copy by its name (deleted),
+    only copies written after it count; reading a file twice would count its lines twice."""
     base = os.path.basename(path)
     mine = copy_age(than, path) if rotated_from(os.path.basename(than), base) else None
     found = []
@@ -87,7 +88,7 @@ def written_after(path: str, than: str, than_ns: int, skip: set) -> list[str]:
         if st.st_mtime_ns < than_ns:
             break                       # newest first: the rest are older still
         age = copy_age(p, path)
-        if (st.st_dev, st.st_ino) in skip or (st.st_mtime_ns == than_ns and (mine is None or age <= mine)):
+        if (st.st_dev, st.st_ino) in skip or (age <= mine if mine is not None else st.st_mtime_ns == than_ns):
             continue
         found.append((st.st_mtime_ns, age, p))
     return [p for *_, p in sorted(found)]
