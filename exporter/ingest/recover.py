@@ -17,8 +17,8 @@ from exporter.ingest.rotation import (
     find_copy_since,
     find_inode,
     head_matches,
+    newer_copies,
     newest_mtime,
-    written_after,
 )
 from exporter.ingest.tailfile import OpenFile, Tail, fd_name, open_at
 
@@ -115,7 +115,7 @@ def read_between(fo, t: Tail, left: OpenFile, now: float, skip: set) -> list[Ope
     queued = []
     skip = skip | {(f.dev, f.ino) for f in t.old} | ({(t.cur.dev, t.cur.ino)} if t.cur is not None else set())
     left_name = fd_name(left)                   # its name now (a numbered copy's number moves on)
-    between = written_after(os.path.realpath(t.path), left_name, left_ns, skip)
+    between = newer_copies(os.path.realpath(t.path), left_name, left_ns, skip)
     for i, p in enumerate(between):
         f = open_at(p, {"offset": 0, "lineno": 0, "skip": False}, b"", fo._splitter(t))
         if f is not None:

@@ -67,7 +67,7 @@ def copy_age(copy: str, live: str) -> tuple:
     return (1, -int(suffix)) if numbered else (0, suffix)
 
 
-def written_after(path: str, than: str, than_ns: int, skip: set) -> list[str]:
+def newer_copies(path: str, than: str, than_ns: int, skip: set) -> list[str]:
     """The rotated copies of ``path`` (`rotated_from` its name, uncompressed) newer than the file named
     ``than`` now (last written at ``than_ns``) and none of the files ``skip`` names (device, inode), oldest
     first: the files a path was rotated through after ``than`` was left, when it was rotated more than once

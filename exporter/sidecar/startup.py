@@ -11,7 +11,7 @@ import os
 from exporter.ingest.follower import Follower
 from exporter.ingest.lines import read_range
 from exporter.ingest.positions import FINGERPRINT_BYTES
-from exporter.ingest.rotation import in_log_order, newest_mtime, plain, rotated_copies, written_after
+from exporter.ingest.rotation import in_log_order, newer_copies, newest_mtime, plain, rotated_copies
 from exporter.sidecar import checkpoint, readback
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,8 @@ def join_and_replay(sc) -> None:
         if saved is not None:
             # not there (or not matched yet) at the last save: all of it was written while no sidecar ran,
             # after what the copies it has been rotated to since then hold (oldest first)
-            since = written_after(os.path.realpath(path), "", int(saved.written * 1e9), {(dev, ino)})
+            since = newer_copies(os.path.realpath(path), "", int(saved.written * 1e9), {(dev, ino)}) \
+                if saved.written > 0 else []      # (a file from before "written" was recorded: no time to go by)
             ranges = [(c, 0, os.path.getsize(c)) for c in since] + [(path, 0, size)]
         elif cfg.from_end:
             ranges = []
