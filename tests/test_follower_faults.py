@@ -33,7 +33,8 @@ from exporter.sidecar import checkpoint
 
 GRACE = 5.0
 N_LINES = 240
-REPS = 20
+# seeds per mode, with the ones that once failed: cri 73 and 115 read lines twice (an inode reused)
+SEEDS = [*range(30), 73, 115]
 NUM = re.compile(rb"(\d{6}) KV cache pool is full")
 
 
@@ -271,7 +272,7 @@ class Run:
 @pytest.mark.parametrize("mode", MODES)
 def test_every_line_exactly_once_through_rotations_and_kills(tmp_path, mode):
     totals = {"kills": 0, "rotations": 0}
-    for seed in range(REPS):
+    for seed in SEEDS:
         d = tmp_path / f"seed{seed}"
         d.mkdir()
         run = Run(d, mode, seed)
@@ -284,7 +285,7 @@ def test_every_line_exactly_once_through_rotations_and_kills(tmp_path, mode):
         totals["rotations"] += run.w.rot
         run.w.fh.close()
     # the schedule really exercised what the test claims
-    assert totals["kills"] >= REPS and totals["rotations"] >= 2 * REPS, totals
+    assert totals["kills"] >= len(SEEDS) and totals["rotations"] >= 2 * len(SEEDS), totals
 
 
 def test_never_reopening_writer_is_read_on_and_reported_stale(tmp_path, caplog):
