@@ -352,3 +352,41 @@ def test_an_older_copy_its_writer_finished_late_is_not_read_again(tmp_path):
     rotate_numbered(p)                              # the empty file goes to a.log.1, the older to a.log.2
     append(p, "3")
     assert texts(f) == ["3"]
+
+
+def copytruncate(p: Path) -> None:
+    """logrotate copytruncate with numbered copies: a.log.1 -> a.log.2, a copy of a.log to a.log.1, a.log
+    emptied in place."""
+    if (p.parent / f"{p.name}.1").exists():
+        os.rename(p.parent / f"{p.name}.1", p.parent / f"{p.name}.2")
+    shutil.copyfile(p, p.parent / f"{p.name}.1")
+    os.truncate(p, 0)
+
+
+def test_two_copytruncates_between_polls(tmp_path):
+    p = tmp_path / "a.log"
+    append(p, "2026-11-27 cycle one 1")
+    f = Follower([str(p)], from_start=True)
+    assert texts(f) == ["2026-11-27 cycle one 1"]
+    append(p, "2026-11-27 cycle one 2")
+    copytruncate(p)
+    append(p, "2026-11-27 cycle two 1")
+    copytruncate(p)
+    append(p, "2026-11-27 cycle three 1")
+    tick([tmp_path / "a.log.2", tmp_path / "a.log.1", p], 1_700_000_000_000_000_000)
+    assert texts(f) == ["2026-11-27 cycle one 2", "2026-11-27 cycle two 1", "2026-11-27 cycle three 1"]
+
+
+def test_a_copy_read_to_the_poll_budget_holds_the_truncated_file_back(tmp_path):
+    p = tmp_path / "a.log"
+    append(p, "2026-11-27 first")
+    f = Follower([str(p)], from_start=True, poll_budget=2000, read_chunk=512)
+    texts(f)
+    big = [f"2026-11-27 line {i:04d} " + "z" * 40 for i in range(200)]
+    append(p, *big[:100])                           # unread when the file is copied and truncated
+    copytruncate(p)
+    append(p, *big[100:])
+    got = []
+    for _ in range(40):
+        got += [ln.text for ln in f.poll()]
+    assert got == big

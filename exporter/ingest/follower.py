@@ -297,7 +297,7 @@ class Follower:
         elif st.st_size < cur.offset or (
                 (st.st_size != cur.last_size or st.st_mtime_ns != cur.last_mtime)
                 and not head_matches(cur.fd, cur.fp)):
-            truncated(self, t, out, now)                # copytruncate, > file, truncate -s, rewrite
+            behind = truncated(self, t, out, now, behind)   # copytruncate, > file, truncate -s, rewrite
         cur = t.cur
         assert cur is not None                          # the path's file is open (reopened if it changed)
         cur.last_size = st.st_size

@@ -158,9 +158,11 @@ def copied_while_empty(fo, t: Tail, out: list, now: float) -> bool:
     return fo._drain(t, f, out, now)
 
 
-def truncated(fo, t: Tail, out: list, now: float) -> None:
+def truncated(fo, t: Tail, out: list, now: float, behind: bool) -> bool:
     """``t``'s file shrank or its head changed (copytruncate, truncation, a rewrite): what it held after our
-    offset is read from its copy when there is one (the rotated sibling with its head), then the file from 0."""
+    offset is read from its copy when there is one (the rotated sibling with its head), then any copy made
+    since (two copytruncates between polls), then the file from 0. True when reading stopped at the budget
+    (``behind``: it already had)."""
     cur = t.cur
     assert cur is not None                          # only an open file is found truncated
     copy = find_copy(os.path.realpath(t.path), cur.fp, cur.offset)
@@ -172,7 +174,8 @@ def truncated(fo, t: Tail, out: list, now: float) -> None:
         f.split = cur.split
         f.once = True
         t.old.append(f)
-        fo._drain(t, f, out, now)
+        for g in [f, *read_between(fo, t, f, now, {(cur.dev, cur.ino)})]:
+            behind = behind or fo._drain(t, g, out, now)
     else:
         cur.split.flush(out)
     cur.split = fo._splitter(t)
@@ -180,3 +183,4 @@ def truncated(fo, t: Tail, out: list, now: float) -> None:
     cur.fp = b""
     cur.copy_after = newest_mtime(os.path.realpath(t.path))
     t.stats.truncations += 1
+    return behind
