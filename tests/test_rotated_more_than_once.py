@@ -46,6 +46,22 @@ def rotate_numbered(p: Path, keep: int = 5) -> None:
     p.touch()
 
 
+def read_one_line(p: Path) -> Follower:
+    """A follower of ``p`` that has read its first line, "1"."""
+    append(p, "1")
+    f = Follower([str(p)], from_start=True)
+    assert texts(f) == ["1"]
+    return f
+
+
+def rotated_twice(p: Path) -> None:
+    """"2" written, a rotation, "3" written, a rotation: a.log.2 holds 1-2, a.log.1 holds 3, a.log is new."""
+    append(p, "2")
+    rotate_numbered(p)
+    append(p, "3")
+    rotate_numbered(p)
+
+
 def texts(f: Follower) -> list[str]:
     out = []
     for _ in range(20):                             # a few polls: each file read on its own budget
@@ -107,13 +123,8 @@ def test_dated_copies_through_a_symlink_kubelet_style(tmp_path):
 
 def test_the_path_rotated_away_twice_and_not_created_again(tmp_path):
     p = tmp_path / "a.log"
-    append(p, "1")
-    f = Follower([str(p)], from_start=True)
-    assert texts(f) == ["1"]
-    append(p, "2")
-    rotate_numbered(p)
-    append(p, "3")
-    rotate_numbered(p)
+    f = read_one_line(p)
+    rotated_twice(p)
     os.unlink(p)                                    # the writer has not created it yet
     tick([tmp_path / "a.log.2", tmp_path / "a.log.1"], 1_700_000_000_000_000_000)
     g = restart(f, [str(p)])
@@ -181,13 +192,8 @@ def test_a_file_stopped_at_the_poll_budget_holds_newer_ones_back(tmp_path, rotat
 
 def test_two_rotations_between_polls_lose_nothing(tmp_path):
     p = tmp_path / "a.log"
-    append(p, "1")
-    f = Follower([str(p)], from_start=True)
-    assert texts(f) == ["1"]
-    append(p, "2")
-    rotate_numbered(p)
-    append(p, "3")
-    rotate_numbered(p)
+    f = read_one_line(p)
+    rotated_twice(p)
     append(p, "4")
     assert texts(f) == ["2", "3", "4"]
     held = len(f.tails[str(p)].old)                 # drained until quiet for rotate_grace
