@@ -20,7 +20,7 @@ def write(tmp_path, text, name="c.yaml"):
 def test_defaults():
     cfg = build({}, environ={})
     assert cfg == Config()
-    assert cfg.listen == "0.0.0.0:10060" and cfg.profile == "online"
+    assert cfg.listen == ":10060" and cfg.profile == "online"
     assert cfg.scrape_interval == 15.0 and cfg.scrape_timeout == 5.0
 
 

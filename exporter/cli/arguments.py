@@ -67,7 +67,7 @@ def build_parser(command: str | None = None) -> _Parser:
     s.add_argument("--sglang-url", metavar="URL", help="SGLang base URL; its /metrics is scraped "
                    "(env SGLANG_EXPORTER_SGLANG_URL)")
     s.add_argument("--listen", metavar="HOST:PORT", help=f"listen address (env SGLANG_EXPORTER_LISTEN; "
-                   f"default 0.0.0.0:{DEFAULT_PORT})")
+                   f"default :{DEFAULT_PORT}, every address: IPv6 and IPv4; 0.0.0.0:PORT for IPv4 only)")
     s.add_argument("--web-config", metavar="FILE", help="TLS / basic auth file (env SGLANG_EXPORTER_WEB_CONFIG)")
     s.add_argument("--scrape-interval", type=float, metavar="SECONDS", help="seconds between scrapes of SGLang's "
                    "/metrics (env SGLANG_EXPORTER_SCRAPE_INTERVAL; default 15)")

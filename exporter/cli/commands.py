@@ -14,7 +14,7 @@ from exporter.cli.arguments import serve_config
 from exporter.cli.logging_setup import FORMATS as LOG_FORMATS
 from exporter.cli.logging_setup import LEVELS as LOG_LEVELS
 from exporter.cli.logging_setup import configure as configure_logging
-from exporter.config import ConfigError, build, cannot_listen
+from exporter.config import ConfigError, build, cannot_listen, url_host
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("exporter.cli")     # (the name it had before the command line was split)
@@ -235,7 +235,7 @@ def cmd_serve(args) -> int:
     serve_in_thread(server)
     scheme = "https" if web.get("tls") else "http"
     log.info("sglang-exporter %s: serving %s://%s:%d/metrics (profile %s%s; logs: %s; sglang: %s)", __version__,
-             scheme, host, server.server_address[1], cfg.profile,
+             scheme, url_host(server.server_address[0]), server.server_address[1], cfg.profile,
              "" if "profile" in origins else ", the default", ", ".join(cfg.log_files) or "none",
              cfg.sglang_url or "none")
     # timed, never one untimed wait: the kernel may hand SIGTERM to any of our threads, and CPython runs the

@@ -23,10 +23,11 @@ from exporter.config.settings import (
     default_alert_for,
     split_host_port,
     thresholds,
+    url_host,
 )
 
 __all__ = ["DEFAULT_PORT", "ENV_PREFIX", "AlertSettings", "Config", "ConfigError", "build", "cannot_listen",
-           "default_alert_for", "from_env", "load_file", "split_host_port", "thresholds", "validate"]
+           "default_alert_for", "from_env", "load_file", "split_host_port", "thresholds", "url_host", "validate"]
 
 
 def build(flags: dict, environ=os.environ, config_file: str | None = None, origins: dict | None = None) -> Config:

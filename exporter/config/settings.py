@@ -65,7 +65,7 @@ class Config:
     positions_file: str | None = None  # where read positions and counters survive a sidecar restart
     positions_interval: float = 5.0   # seconds between writes of the positions file (and one at shutdown)
     sglang_url: str | None = None
-    listen: str = f"0.0.0.0:{DEFAULT_PORT}"
+    listen: str = f":{DEFAULT_PORT}"   # every address, IPv6 and IPv4 (web/listener.py)
     profile: str = DEFAULT_PROFILE
     scrape_interval: float = 15.0
     scrape_timeout: float = 5.0
@@ -119,10 +119,17 @@ def default_alert_for() -> dict:
 
 
 def split_host_port(text: str, where: str) -> tuple[str, int]:
+    """(host, port) of ``HOST:PORT``; an IPv6 host in brackets loses them, an empty host (``:PORT``) is every
+    address."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{where}: expected HOST:PORT (e.g. 0.0.0.0:{DEFAULT_PORT}), got {text!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+        raise ConfigError(f"{where}: expected HOST:PORT (e.g. :{DEFAULT_PORT}, every address), got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
 
 
 def cannot_listen(listen: str, where: str, exc: OSError, change: str) -> str:
@@ -130,14 +137,14 @@ def cannot_listen(listen: str, where: str, exc: OSError, change: str) -> str:
     variable, a config file's line, or "the default"), `change` how to give another one."""
     import errno
     host, port = split_host_port(listen, where)
-    other = f"{host}:{port + 1 if port < 65535 else DEFAULT_PORT}"
+    other = f"{url_host(host)}:{port + 1 if port < 65535 else DEFAULT_PORT}"
     if exc.errno == errno.EADDRINUSE:
         why = (f"port {port} is in use (another sglang-exporter or demo, or another program: "
                f"`ss -ltnp 'sport = :{port}'` names it)")
     elif exc.errno == errno.EACCES:
         why = f"port {port} needs privileges (ports below 1024); use one above 1024"
     elif exc.errno == errno.EADDRNOTAVAIL:
-        why = f"{host} is no address of this machine; use 0.0.0.0 (every interface) or 127.0.0.1 (this machine only)"
+        why = f"{host} is no address of this machine; use :{port} (every address) or 127.0.0.1 (this machine only)"
     else:
         why = str(exc.strerror or exc)
     return f"{where} {listen}: cannot listen: {why}; pick another address with {change}, e.g. {other}"

@@ -68,7 +68,8 @@ log_files:
 positions_file: /var/lib/sglang-exporter/positions.json
 # SGLang in the same pod (its /metrics needs --enable-metrics, which the component appends)
 sglang_url: http://127.0.0.1:{SGLANG_PORT}
-listen: 0.0.0.0:{EXPORTER_PORT}
+# every address, IPv6 and IPv4 (an IPv6-only cluster probes and scrapes the pod's IPv6 address)
+listen: ":{EXPORTER_PORT}"
 """
 
 

@@ -56,7 +56,7 @@ matchLabels:
 
 {{/* The exporter's config.yaml: what the pod wiring fixes, under the user's exporter.config. */}}
 {{- define "sglang-exporter.config" -}}
-{{- $c := dict "listen" (printf "0.0.0.0:%v" .Values.exporter.port) "sglang_url" (printf "http://127.0.0.1:%v" .Values.sglang.port) }}
+{{- $c := dict "listen" (printf ":%v" .Values.exporter.port) "sglang_url" (printf "http://127.0.0.1:%v" .Values.sglang.port) }}
 {{- if .Values.exporter.readLogs }}
 {{- $_ := set $c "log_files" (list .Values.handoff.logFile) }}
 {{- $_ := set $c "positions_file" "/var/lib/sglang-exporter/positions.json" }}
@@ -69,7 +69,7 @@ A LeaderWorkerSet worker's config: its log only. The HTTP server, the server_arg
 leader's, so the start-up stall (no ready line after server_args) cannot be judged on a worker.
 */}}
 {{- define "sglang-exporter.workerConfig" -}}
-{{- $c := dict "listen" (printf "0.0.0.0:%v" .Values.exporter.port) "log_files" (list .Values.handoff.logFile) "positions_file" "/var/lib/sglang-exporter/positions.json" }}
+{{- $c := dict "listen" (printf ":%v" .Values.exporter.port) "log_files" (list .Values.handoff.logFile) "positions_file" "/var/lib/sglang-exporter/positions.json" }}
 {{- $c = mergeOverwrite $c (omit (deepCopy .Values.exporter.config) "sglang_url") }}
 {{- $signals := default dict $c.signals }}
 {{- $_ := set $signals "startup_stalled" (dict "enabled" false) }}
