@@ -33,6 +33,7 @@ def test_serve_argv(cmdline, argv):
 
 @pytest.mark.parametrize("listen, url", [
     (("0.0.0.0", 10060), "http://127.0.0.1:10060/healthz"),
+    (("", 10060), "http://127.0.0.1:10060/healthz"),          # the default, every address
     (("::", 9000), "http://[::1]:9000/healthz"),
     (("10.1.2.3", 10060), "http://10.1.2.3:10060/healthz"),
 ])
