@@ -1,7 +1,11 @@
 """`sglang-exporter analyze` on synthetic 0.5.23-format logs that show each tuning-guide problem."""
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
 import json
+import lzma
 import re
 import subprocess
 import sys
@@ -221,17 +225,29 @@ def test_storm_interval_times(tmp_path):
     assert storm["worst"] == pytest.approx(20.0, rel=0.05)
 
 
-@pytest.mark.parametrize("names", [(".2", ".1", ""), ("-20250810", "-20250811", "")], ids=["numbered", "dated"])
+def write_maybe_compressed(path: Path, text: str) -> None:
+    """``text`` into ``path``, compressed as its name says (logrotate `compress`, kubelet's gzip)."""
+    data = text.encode()
+    for suffix, module in ((".gz", gzip), (".bz2", bz2), (".xz", lzma)):
+        if path.name.endswith(suffix):
+            data = module.compress(data)
+    path.write_bytes(data)
+
+
+@pytest.mark.parametrize("names", [(".2", ".1", ""), ("-20250810", "-20250811", ""), (".2.gz", ".1", ""),
+                                   ("-20250810.xz", "-20250811.bz2", "")],
+                         ids=["numbered", "dated", "numbered-compressed", "dated-compressed"])
 def test_rotated_copies_in_the_shells_order_are_read_oldest_first(tmp_path, names):
     """`analyze storm.log*` lists the live file first (and .1 before the older .2): the copies are read before
-    it, oldest first, so the report is the one of the whole log in order, and stderr says the order."""
+    it, oldest first, so the report is the one of the whole log in order, and stderr says the order. Copies
+    compressed by logrotate or kubelet are read decompressed, in the same order."""
     w = LogWriter()
     _storm(w)
     lines = Path(w.write(tmp_path / "whole.log")).read_text().splitlines(keepends=True)
     third = len(lines) // 3
     parts = [tmp_path / f"storm.log{suffix}" for suffix in names]      # oldest first
     for part, chunk in zip(parts, (lines[:third], lines[third:2 * third], lines[2 * third:])):
-        part.write_text("".join(chunk))
+        write_maybe_compressed(part, "".join(chunk))
     shell = sorted(str(p) for p in parts)                              # what `storm.log*` expands to
     assert shell != [str(p) for p in parts]
     proc = subprocess.run([sys.executable, "-m", "exporter", "analyze", *shell, "--format", "json", "-q"],
@@ -243,6 +259,31 @@ def test_rotated_copies_in_the_shells_order_are_read_oldest_first(tmp_path, name
                            "copies before it, oldest first)\n")
     assert got["restarts"] == whole["restarts"] and got["signals"] == whole["signals"]
     assert got["span"] == whole["span"]
+
+
+def test_a_compressed_log_cut_short_is_read_up_to_the_cut_with_a_warning(tmp_path):
+    """A .gz still being written by logrotate (or cut by a full disk) ends without gzip's trailer: its lines up
+    to there are read, stderr says so, and the report is made."""
+    w = LogWriter()
+    _storm(w)
+    whole = Path(w.write(tmp_path / "storm.log")).read_text()
+    data = gzip.compress(whole.encode())
+    cut = tmp_path / "storm.log.1.gz"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    proc = analyze(str(cut), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert "storm.log.1.gz: the compressed data is damaged or cut short" in proc.stderr
+    read = json.loads(proc.stdout)["lines"]["read"]
+    assert 0 < read < whole.count("\n")
+
+
+def test_a_zstd_log_says_how_to_read_it(tmp_path):
+    log = tmp_path / "sglang.log.1.zst"
+    log.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(range(60)))
+    proc = analyze(str(log))
+    assert proc.returncode == 2
+    assert f"{log}: zstd-compressed, which Python cannot read: decompress it first, e.g. zstd -dc {log} |" \
+        in proc.stderr
 
 
 def test_retractions_and_underuse_reconciled(tmp_path):
@@ -338,3 +379,17 @@ def test_report_is_the_same_when_every_evaluation_advises(tmp_path, name, monkey
     quiet = analyze_module.analyze([log], Config(), progress=False, series=True)
     monkeypatch.setattr(analyze_module, "Engine", Advising)
     assert analyze_module.analyze([log], Config(), progress=False, series=True) == quiet
+
+
+def test_progress_shows_a_share_only_where_the_total_is_known(tmp_path):
+    """Bytes read from a compressed log are its decompressed bytes: no share of its size is shown."""
+    from exporter.report import analyze as analyze_module
+    plain, packed = tmp_path / "a.log", tmp_path / "a.log.gz"
+    plain.write_text("x\n" * 10)
+    packed.write_bytes(gzip.compress(b"x\n" * 10))
+    for paths, shows_share in (([str(plain)], True), ([str(plain), str(packed)], False)):
+        stream = io.StringIO()
+        meter = analyze_module.Progress(analyze_module.total_bytes(paths), stream=stream, enabled=True)
+        meter.next = 0.0
+        meter.update(10, 5)
+        assert ("%" in stream.getvalue()) is shows_share, stream.getvalue()

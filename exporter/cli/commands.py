@@ -15,6 +15,7 @@ from exporter.cli.logging_setup import FORMATS as LOG_FORMATS
 from exporter.cli.logging_setup import LEVELS as LOG_LEVELS
 from exporter.cli.logging_setup import configure as configure_logging
 from exporter.config import ConfigError, build, cannot_listen, url_host
+from exporter.ingest.lines import ZSTD_MAGIC, compression
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("exporter.cli")     # (the name it had before the command line was split)
@@ -39,7 +40,10 @@ def _check_input(path: str) -> str | None:
             head = fh.read(8192)
     except OSError as exc:
         return f"{path}: cannot read: {exc.strerror or exc}"
-    if b"\x00" in head:
+    if head.startswith(ZSTD_MAGIC):
+        return (f"{path}: zstd-compressed, which Python cannot read: decompress it first, e.g. "
+                f"zstd -dc {path} | sglang-exporter analyze -")
+    if b"\x00" in head and compression(head) is None:      # gzip, bzip2 and xz are read decompressed
         return f"{path}: binary data, not a text log"
     return None
 

@@ -1,4 +1,5 @@
-"""Bytes to physical lines: the splitter the follower feeds, and `read_lines` / `read_blocks` for whole files.
+"""Bytes to physical lines: the splitter the follower feeds, and `read_lines` / `read_blocks` for whole files
+(gzip, bzip2 and xz ones decompressed: rotated logs are often compressed).
 
 A line is cut at ``max_line_bytes`` (never inside a UTF-8 character) and the rest dropped up to its newline;
 invalid UTF-8 is replaced; one trailing ``\r`` is removed. Lines travel in `Block`s, so the hot path creates
@@ -6,10 +7,18 @@ no object per line.
 """
 from __future__ import annotations
 
+import importlib
+import logging
 import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+# the first bytes of the compressed files Python's standard library reads, and its module for each
+COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "lzma"}
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"          # read by no standard module: named in the error
 
 
 @dataclass(slots=True)
@@ -185,7 +194,20 @@ def read_blocks(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 18) 
     if os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
     f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the generator
-    return _iter_stream(f, path, max_line_bytes, chunk, close=True)
+    kind = compression(f.read(8))
+    if kind is None:
+        f.seek(0)
+        return _iter_stream(f, path, max_line_bytes, chunk, close=True)
+    f.close()
+    module = importlib.import_module(kind)        # imported when met: most logs are plain
+    damaged = (EOFError, OSError) + ((module.LZMAError,) if kind == "lzma" else ())
+    return _iter_stream(module.open(path, "rb"), path, max_line_bytes, chunk, close=True, damaged=damaged)
+
+
+def compression(head: bytes) -> str | None:
+    """The standard module that decompresses a file starting with ``head`` (``gzip``, ``bz2``, ``lzma``), or
+    None for a file read as it is."""
+    return next((kind for magic, kind in COMPRESSED_MAGIC.items() if head.startswith(magic)), None)
 
 
 def read_range(path: str, start: int, end: int, max_line_bytes: int = 1 << 20,
@@ -213,13 +235,21 @@ class _Range:
         self._fh.close()
 
 
-def _iter_stream(f, source: str, max_line_bytes: int, chunk: int, close: bool) -> Iterator[Block]:
+def _iter_stream(f, source: str, max_line_bytes: int, chunk: int, close: bool,
+                 damaged: tuple = ()) -> Iterator[Block]:
+    """Blocks of the lines of binary stream ``f``; ``damaged``: the errors that mean a compressed file is
+    damaged or cut short (one still being compressed), after which what was read is kept, with a warning."""
     split = _Splitter(source, max_line_bytes)
     read = getattr(f, "read1", None) or f.read
     out: list[Block] = []
     try:
         while True:
-            data = read(chunk)
+            try:
+                data = read(chunk)
+            except damaged as exc:
+                log.warning("%s: the compressed data is damaged or cut short (%s); its lines up to there are "
+                            "read", source, exc)
+                break
             if not data:
                 break
             split.feed(data, out)

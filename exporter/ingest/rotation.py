@@ -2,7 +2,8 @@
 
 Rotation tools keep the rotated file next to the original under a name that starts with the original's:
 ``app.log.1``, ``app.log-20250101`` (logrotate ``dateext``), ``0.log.20250101-120000`` (kubelet). Compressed
-ones (``.gz`` and the like) hold no readable lines and are skipped.
+ones (``.gz`` and the like) are skipped: a followed file is read by descriptor and byte offset, which a
+compressed copy does not keep (`analyze` reads them whole, exporter/ingest/lines.py).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".lzma", ".zip", ".z", ".br"
 
 
 def plain(name: str) -> bool:
-    """Not a compressed file by its name (those hold no readable lines)."""
+    """Not a compressed file by its name (the follower cannot resume inside one)."""
     return not name.lower().endswith(COMPRESSED)
 
 
@@ -61,8 +62,10 @@ def in_log_order(paths: list[str]) -> list[str]:
 
 def copy_age(copy: str, live: str) -> tuple:
     """A sort key of rotated copy `copy` of `live` by its name, older first: numbered copies are older the
-    higher their number, dated ones the earlier their date."""
+    higher their number, dated ones the earlier their date (``.3.gz`` is the third copy, compressed)."""
     suffix = os.path.basename(copy)[len(os.path.basename(live)) + 1:]
+    if not plain(suffix):
+        suffix = suffix.rsplit(".", 1)[0]
     numbered = suffix.isdigit() and len(suffix) < 6
     return (1, -int(suffix)) if numbered else (0, suffix)
 

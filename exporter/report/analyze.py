@@ -12,6 +12,7 @@ from exporter.catalog import SIGNALS_BY_ID, runbook_url
 from exporter.config import Config
 from exporter.engine import Engine, advice_facts, verdict
 from exporter.ingest.events import as_event
+from exporter.ingest.lines import compression
 from exporter.ingest.pipeline import SourceParser, iter_file_item_lists, layouts_read
 from exporter.signals.advice import reconcile
 from exporter.signals.judgement import Judgement, retractions_per_minute
@@ -50,9 +51,9 @@ class Progress:
         if not self.enabled or now < self.next:
             return
         self.next = now + 0.5
-        pct = 100.0 * done_bytes / self.total if self.total else 0.0
+        done = f"{min(100.0, 100.0 * done_bytes / self.total):5.1f}%  " if self.total else ""   # 0: unknown
         rate = lines / max(now - self.start, 1e-9)
-        self.stream.write(f"\ranalyze: {pct:5.1f}%  {lines:,} lines  {rate:,.0f} lines/s ")
+        self.stream.write(f"\ranalyze: {done}{lines:,} lines  {rate:,.0f} lines/s ")
         self.stream.flush()
 
     def done(self) -> None:
@@ -114,8 +115,7 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
     engine.advise = False       # the report's advice is reconciled once, from what fired (_report)
     step = config.evaluate_interval
     stall = (engine.params.get("stalled") or {}).get("stall_seconds", 60)
-    total = sum(os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p))
-    meter = Progress(total, enabled=progress)
+    meter = Progress(total_bytes(paths), enabled=progress)
     chart = Series() if series else None
     stats = []
     first = last = None
@@ -169,7 +169,7 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                     item, last = apply_rows(it, now, due)     # the next item it did not apply, or None
             if sp.lines - lines_seen >= 20000:
                 lines_seen = sp.lines
-                meter.update(min(total, sum(s.bytes for s in stats)), sum(s.lines for s in stats))
+                meter.update(sum(s.bytes for s in stats), sum(s.lines for s in stats))
     meter.done()
     # the batch lines' format narrows the release server_args tell: one release statement (flags.py)
     engine.state.format_family = next((sp.parser.format_family for sp in stats if sp.parser.format_family), "")
@@ -188,6 +188,21 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                      chart)
     report["profile_default"] = profile_default
     return report
+
+
+def total_bytes(paths: list[str]) -> int:
+    """What the progress meter counts up to: the files' sizes, or 0 (unknown) when one is compressed, as
+    the bytes read are decompressed bytes."""
+    files = [p for p in paths if p != "-" and os.path.isfile(p)]
+    return 0 if any(_compressed(p) for p in files) else sum(os.path.getsize(p) for p in files)
+
+
+def _compressed(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return compression(fh.read(8)) is not None
+    except OSError:
+        return False
 
 
 def next_due(last_eval: float, step: float) -> float:

@@ -198,7 +198,7 @@ def _existing(patterns) -> tuple[list[str], dict[str, list[str]]]:
     """The files the patterns name now (globs expanded), in a stable order, like the follower: each file once
     (`a.log` and `./a.log` are one log) and without a glob match that is a rotated copy of another, whose
     history is read as part of that file's (`readback.history`). Also, per file, its rotated copies the globs
-    matched, oldest first (what --from-start replays before it; compressed ones hold no lines)."""
+    matched, oldest first (what --from-start replays before it; compressed ones are skipped)."""
     out: list[str] = []
     literal: set[str] = set()
     reals: set[str] = set()
