@@ -393,3 +393,14 @@ def test_progress_shows_a_share_only_where_the_total_is_known(tmp_path):
         meter.next = 0.0
         meter.update(10, 5)
         assert ("%" in stream.getvalue()) is shows_share, stream.getvalue()
+
+
+def test_compressed_standard_input_is_read_decompressed(tmp_path):
+    """`zcat` forgotten: `cat sglang.log.2.gz | sglang-exporter analyze -` reads the log, not its bytes."""
+    w = LogWriter()
+    _storm(w)
+    text = Path(w.write(tmp_path / "storm.log")).read_text()
+    proc = subprocess.run([sys.executable, "-m", "exporter", "analyze", "-", "--format", "json", "-q"], cwd=ROOT,
+                          input=gzip.compress(text.encode()), capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["lines"]["read"] == text.count("\n")

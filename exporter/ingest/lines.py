@@ -190,7 +190,11 @@ def read_lines(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 16) -
 def read_blocks(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 18) -> Iterator[Block]:
     """`read_lines` in `Block`s (no object per line). Opens now, as `read_lines` does."""
     if path == "-":
-        return _iter_stream(sys.stdin.buffer, "-", max_line_bytes, chunk, close=False)
+        stdin = sys.stdin.buffer
+        kind = compression(stdin.peek(8)[:8]) if hasattr(stdin, "peek") else None
+        if kind is None:
+            return _iter_stream(stdin, "-", max_line_bytes, chunk, close=False)
+        return _decompressed(kind, stdin, "-", max_line_bytes, chunk)
     if os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
     f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the generator
@@ -199,9 +203,14 @@ def read_blocks(path: str, max_line_bytes: int = 1 << 20, chunk: int = 1 << 18) 
         f.seek(0)
         return _iter_stream(f, path, max_line_bytes, chunk, close=True)
     f.close()
+    return _decompressed(kind, path, path, max_line_bytes, chunk)
+
+
+def _decompressed(kind: str, file, source: str, max_line_bytes: int, chunk: int) -> Iterator[Block]:
+    """`_iter_stream` of ``file`` (a path, or a stream left open) decompressed by the standard module ``kind``."""
     module = importlib.import_module(kind)        # imported when met: most logs are plain
     damaged = (EOFError, OSError) + ((module.LZMAError,) if kind == "lzma" else ())
-    return _iter_stream(module.open(path, "rb"), path, max_line_bytes, chunk, close=True, damaged=damaged)
+    return _iter_stream(module.open(file, "rb"), source, max_line_bytes, chunk, close=True, damaged=damaged)
 
 
 def compression(head: bytes) -> str | None:
