@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from exporter.ingest.lines import strip_ansi
+
 FORMATS = ("plain", "cri", "docker")
 
 _STREAMS = frozenset(("stdout", "stderr"))
@@ -90,6 +92,7 @@ def _parse_docker(text: str):
     log = obj.get("log")
     if not isinstance(log, str):
         return None
+    log = strip_ansi(log)             # (a JSON escape, \u001b, until decoded here)
     stream = obj.get("stream")
     time = obj.get("time")
     return (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +20,15 @@ log = logging.getLogger(__name__)
 # the first bytes of the compressed files Python's standard library reads, and its module for each
 COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "lzma"}
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"          # read by no standard module: named in the error
+
+# A terminal's control sequences (colours, cursor moves): uvicorn colours its level names and status codes
+# when its output is a terminal (`docker run -t`, `tty: true` in a pod), and tqdm moves the cursor. They are
+# no part of what a line says, and `INFO` wrapped in colour codes would not read as a log level.
+ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI_SEQUENCE.sub("", text) if "\x1b" in text else text
 
 
 @dataclass(slots=True)
@@ -97,7 +107,7 @@ class _Splitter:
 
     def _emit(self, out: list, raw: bytes) -> None:
         self.lineno += 1
-        text = raw.decode("utf-8", "replace")
+        text = strip_ansi(raw.decode("utf-8", "replace"))
         text = text.removesuffix("\r")
         out.append(Block(self.source, self.lineno, [text]))
 
@@ -106,7 +116,7 @@ class _Splitter:
         self.lineno += 1
         self.cuts += 1
         n = _cut_point(raw, self.max) if len(raw) > self.max else len(raw)
-        out.append(Block(self.source, self.lineno, [raw[:n].decode("utf-8", "replace")], 1))
+        out.append(Block(self.source, self.lineno, [strip_ansi(raw[:n].decode("utf-8", "replace"))], 1))
 
     def feed(self, data: bytes, out: list) -> None:
         mx = self.max
@@ -150,7 +160,7 @@ class _Splitter:
             else:
                 # Fast path: no line here can exceed the limit. Decoding the whole body at once is safe:
                 # an invalid UTF-8 sequence never swallows a b"\n", so lines map one to one.
-                text = body.decode("utf-8", "replace")
+                text = strip_ansi(body.decode("utf-8", "replace"))     # one look per chunk when none
                 parts = text.split("\n")
                 if "\r" in text:
                     parts = [p.removesuffix("\r") for p in parts]
