@@ -13,7 +13,7 @@ import socket
 import pytest
 
 from exporter.config import DEFAULT_PORT, Config, ConfigError, cannot_listen, split_host_port, url_host
-from exporter.web import listener as listener_mod
+from exporter.web import address as address_mod
 
 
 def test_the_default_is_every_address():
@@ -53,19 +53,19 @@ class Binds:
 ])
 def test_every_address_is_one_socket_for_ipv6_and_ipv4_where_there_is_ipv6(monkeypatch, dual, fail, calls):
     binds = Binds(fail)
-    monkeypatch.setattr(listener_mod.socket, "create_server", binds)
-    monkeypatch.setattr(listener_mod.socket, "has_dualstack_ipv6", lambda: dual)
-    assert listener_mod.bind("", 80, 16) == "a socket"
+    monkeypatch.setattr(address_mod.socket, "create_server", binds)
+    monkeypatch.setattr(address_mod.socket, "has_dualstack_ipv6", lambda: dual)
+    assert address_mod.bind("", 80, 16) == "a socket"
     assert binds.calls == calls
 
 
 @pytest.mark.parametrize("err", [errno.EADDRINUSE, errno.EACCES])
 def test_a_taken_or_privileged_port_is_the_error_not_a_fallback(monkeypatch, err):
     binds = Binds({"::": err})
-    monkeypatch.setattr(listener_mod.socket, "create_server", binds)
-    monkeypatch.setattr(listener_mod.socket, "has_dualstack_ipv6", lambda: True)
+    monkeypatch.setattr(address_mod.socket, "create_server", binds)
+    monkeypatch.setattr(address_mod.socket, "has_dualstack_ipv6", lambda: True)
     with pytest.raises(OSError) as info:
-        listener_mod.bind("", 80, 16)
+        address_mod.bind("", 80, 16)
     assert info.value.errno == err and len(binds.calls) == 1
     assert "every address" not in cannot_listen(":80", "--listen", info.value, "--listen")
 
@@ -74,8 +74,8 @@ def test_a_taken_or_privileged_port_is_the_error_not_a_fallback(monkeypatch, err
                                               ("127.0.0.1", socket.AF_INET)])
 def test_a_host_given_is_bound_as_given(monkeypatch, host, family):
     binds = Binds()
-    monkeypatch.setattr(listener_mod.socket, "create_server", binds)
-    listener_mod.bind(host, 80, 16)
+    monkeypatch.setattr(address_mod.socket, "create_server", binds)
+    address_mod.bind(host, 80, 16)
     assert binds.calls == [((host, 80), family, False)]
 
 
@@ -86,7 +86,7 @@ def test_an_address_not_of_this_machine_names_every_address_as_the_way_out():
 
 
 def test_a_host_given_is_really_listened_on():
-    sock = listener_mod.bind("127.0.0.1", 0, 16)
+    sock = address_mod.bind("127.0.0.1", 0, 16)
     try:
         with socket.create_connection(sock.getsockname(), timeout=5):
             pass                                    # accepted into the backlog: it listens

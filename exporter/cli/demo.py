@@ -19,7 +19,7 @@ import time
 
 from exporter.catalog import DEFAULT_PROFILE
 from exporter.cli.logging_setup import configure as configure_logging
-from exporter.config import DEFAULT_PORT, Config, cannot_listen, split_host_port, url_host
+from exporter.config import DEFAULT_PORT, Config, cannot_listen, reachable_host, split_host_port, url_host
 from exporter.report.text import advice_phrase
 from exporter.sidecar.run import Sidecar
 from exporter.simulate import Phase, Scenario
@@ -98,9 +98,7 @@ def _run(args, scenario: Scenario, story_seconds: float, workdir: str, listen: s
     try:
         sidecar.start()
         serve_in_thread(server)
-        # a wildcard address is opened in a browser as this machine's
-        shown = host if host not in ("", "0.0.0.0", "::") else "127.0.0.1"
-        base = f"http://{url_host(shown)}:{server.server_address[1]}"
+        base = f"http://{url_host(reachable_host(host))}:{server.server_address[1]}"
         print(f"""sglang-exporter demo: scenario '{args.scenario}' at {args.speed:g}x speed
   status page          : {base}/
   runbooks             : {base}/runbooks/

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from exporter.config import ConfigError
+from exporter.config import ConfigError, reachable_host, url_host
 
 PROC = Path("/proc")
 HEALTHY, UNHEALTHY = 0, 1
@@ -65,10 +65,7 @@ def find_serve(pid: int | None) -> tuple[int, list[str]]:
 def probe_url(listen: tuple[str, int], tls: bool) -> str:
     """The /healthz URL of a server listening on `listen`: a wildcard address is probed on loopback."""
     host, port = listen
-    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{'https' if tls else 'http'}://{host}:{port}/healthz"
+    return f"{'https' if tls else 'http'}://{url_host(reachable_host(host))}:{port}/healthz"
 
 
 def run(pid: int | None, timeout: float) -> int:

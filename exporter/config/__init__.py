@@ -21,13 +21,15 @@ from exporter.config.settings import (
     ConfigError,
     cannot_listen,
     default_alert_for,
+    reachable_host,
     split_host_port,
     thresholds,
     url_host,
 )
 
 __all__ = ["DEFAULT_PORT", "ENV_PREFIX", "AlertSettings", "Config", "ConfigError", "build", "cannot_listen",
-           "default_alert_for", "from_env", "load_file", "split_host_port", "thresholds", "url_host", "validate"]
+           "default_alert_for", "from_env", "load_file", "reachable_host", "split_host_port", "thresholds",
+           "url_host", "validate"]
 
 
 def build(flags: dict, environ=os.environ, config_file: str | None = None, origins: dict | None = None) -> Config:

@@ -65,7 +65,7 @@ class Config:
     positions_file: str | None = None  # where read positions and counters survive a sidecar restart
     positions_interval: float = 5.0   # seconds between writes of the positions file (and one at shutdown)
     sglang_url: str | None = None
-    listen: str = f":{DEFAULT_PORT}"   # every address, IPv6 and IPv4 (web/listener.py)
+    listen: str = f":{DEFAULT_PORT}"   # every address, IPv6 and IPv4 (web/address.py)
     profile: str = DEFAULT_PROFILE
     scrape_interval: float = 15.0
     scrape_timeout: float = 5.0
@@ -130,6 +130,12 @@ def split_host_port(text: str, where: str) -> tuple[str, int]:
 def url_host(host: str) -> str:
     """``host`` as a URL writes it: an IPv6 address in brackets."""
     return f"[{host}]" if ":" in host else host
+
+
+def reachable_host(host: str) -> str:
+    """Where this machine reaches a listener bound to ``host``: a wildcard address on loopback (``[::]`` is
+    IPv6 alone, so on ::1)."""
+    return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
 
 
 def cannot_listen(listen: str, where: str, exc: OSError, change: str) -> str:

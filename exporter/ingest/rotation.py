@@ -78,12 +78,9 @@ def newer_copies(path: str, than: str, than_ns: int, skip: set) -> list[str]:
     renamed into the pattern for a copy, the time alone an older copy that its writer finished after ``than``
     was created (a writer that reopens late) for a newer one. When ``than`` is no copy by its name (deleted),
     only copies written after it count; reading a file twice would count its lines twice."""
-    base = os.path.basename(path)
-    mine = copy_age(than, path) if rotated_from(os.path.basename(than), base) else None
+    mine = copy_age(than, path) if rotated_from(os.path.basename(than), os.path.basename(path)) else None
     found = []
-    for p in rotated_siblings(path):
-        if not rotated_from(os.path.basename(p), base):
-            continue
+    for p in copies_of(path):
         try:
             st = os.stat(p)
         except OSError:
@@ -95,6 +92,13 @@ def newer_copies(path: str, than: str, than_ns: int, skip: set) -> list[str]:
             continue
         found.append((st.st_mtime_ns, age, p))
     return [p for *_, p in sorted(found)]
+
+
+def copies_of(path: str) -> list[str]:
+    """`rotated_siblings` held to the naming rule (`rotated_from`): the uncompressed rotated copies of ``path``,
+    most recently modified first."""
+    base = os.path.basename(path)
+    return [p for p in rotated_siblings(path) if rotated_from(os.path.basename(p), base)]
 
 
 def rotated_siblings(path: str) -> list[str]:

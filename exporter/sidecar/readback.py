@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from exporter.ingest.events import as_event
 from exporter.ingest.lines import Block, read_range
 from exporter.ingest.pipeline import SourceParser
-from exporter.ingest.rotation import rotated_from, rotated_siblings
+from exporter.ingest.rotation import copies_of
 
 DEFAULT_READBACK_BYTES = 256 << 20
 _CHUNK = 1 << 20
@@ -82,10 +82,9 @@ def find_startup(path: str, end: int, max_bytes: int = DEFAULT_READBACK_BYTES,
 
 def rotated_away(path: str) -> list[str]:
     """Files rotated away from `path` by rename (`x.log.1`, `x.log-20250101`, kubelet's `0.log.20250101-...`),
-    newest first: rotation.rotated_siblings held to the naming rule (`rotated_from`), without temporary files.
-    Compressed ones are left out there (their bytes are not lines)."""
-    base = os.path.basename(path)
-    return [p for p in rotated_siblings(path) if rotated_from(os.path.basename(p), base) and not p.endswith(".tmp")]
+    newest first: rotation.copies_of without temporary files. Compressed ones are left out there (their bytes
+    are not lines)."""
+    return [p for p in copies_of(path) if not p.endswith(".tmp")]
 
 
 def history(path: str, end: int, max_bytes: int = DEFAULT_READBACK_BYTES,
