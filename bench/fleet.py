@@ -362,14 +362,18 @@ def main() -> int:
     ap.add_argument("--hold", type=float, default=0, help="seconds to keep Prometheus up after measuring")
     ap.add_argument("--latency-alternatives", action="store_true",
                     help="also time other ways to record the latency quantiles, side by side")
+    ap.add_argument("--prometheus", default="prometheus",
+                    help="the Prometheus binary (a path, or a name on PATH): compare releases on the same rules")
     ap.add_argument("--group-limit", type=float, default=1.0, help="goal: every rule group's median evaluation")
     ap.add_argument("--query-limit", type=float, default=2.0, help="goal: every dashboard query")
     args = ap.parse_args()
     # `kill` (a --hold cut short): unwind, so Prometheus and its temporary data go with the bench
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    prometheus = shutil.which("prometheus")
+    prometheus = shutil.which(args.prometheus)
     if not prometheus:
-        raise SystemExit("needs Debian's prometheus (apt-get install prometheus)")
+        raise SystemExit(f"--prometheus {args.prometheus}: not found (Debian's: apt-get install prometheus)")
+    version = subprocess.run([prometheus, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    progress(version)
     ensure_captures(args.captures)
     loads = {"start": load()}
     started = time.monotonic()
@@ -502,12 +506,13 @@ def main() -> int:
     print()
     for goal, met in verdict.items():
         print(f"{'PASS' if met else 'FAIL'}  {goal}")
-    print(f"{'PASS' if all(verdict.values()) else 'FAIL'}  at {args.servers} servers (load {loads['measuring']})")
+    print(f"{'PASS' if all(verdict.values()) else 'FAIL'}  at {args.servers} servers on {version} "
+          f"(load {loads['measuring']})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"servers": args.servers, "head_series": head, "failures": failed,
-                                         "targets_up": targets_up, "load": loads, "groups": groups_seen,
-                                         "samples": samples, "queries": queries, "cpu": cpu,
+        args.json.write_text(json.dumps({"servers": args.servers, "prometheus": version, "head_series": head,
+                                         "failures": failed, "targets_up": targets_up, "load": loads,
+                                         "groups": groups_seen, "samples": samples, "queries": queries, "cpu": cpu,
                                          "profile": profiled.get("split"),
                                          "rules": {f"{g} / {r}": v for (g, r), v in rules_seen.items()},
                                          "alternatives": alternatives,

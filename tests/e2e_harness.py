@@ -379,8 +379,9 @@ class Running:
 class Stack:
     """The shared stack. start() brings everything up; close() stops everything (idempotent)."""
 
-    def __init__(self, cases_: list[Case], workdir: Path | None = None):
+    def __init__(self, cases_: list[Case], workdir: Path | None = None, release: str = "stable"):
         self.cases = cases_
+        self.release = release          # which Prometheus and Alertmanager (helpers.PROMETHEUS_RELEASES)
         self._tmp = None
         if workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="sglang-e2e-")
@@ -403,8 +404,8 @@ class Stack:
     # --------------------------------------------------------------------------- bring-up
     def start(self):
         t0 = time.monotonic()
-        self.prometheus_bin = require_tool("prometheus")
-        self.alertmanager_bin = require_tool("prometheus-alertmanager")
+        self.prometheus_bin = require_tool("prometheus", self.release)
+        self.alertmanager_bin = require_tool("prometheus-alertmanager", self.release)
         self._start_sims()
         self._start_exporters()
         self.timings["exporters_ready"] = time.monotonic() - t0

@@ -7,21 +7,36 @@ import shutil
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def require_tool(name: str) -> str:
-    """Path of a real binary (promtool, amtool, prometheus, alertmanager, mtail, chromium).
+# The Prometheus stacks the bundle is tested on: Debian stable's on PATH (Prometheus 2.42, Alertmanager 0.25), and
+# Debian testing's (3.x LTS, 0.3x: what a cluster set up today runs), which scripts/current-prometheus fetches
+PROMETHEUS_RELEASES = ("stable", "current")
+CURRENT_PROMETHEUS = Path(os.environ.get("SGLANG_EXPORTER_CURRENT_PROMETHEUS")
+                          or Path.home() / ".cache" / "sglang-exporter" / "tools" / "prometheus-forky")
+
+
+def require_tool(name: str, release: str = "stable") -> str:
+    """Path of a real binary (promtool, amtool, prometheus, prometheus-alertmanager, mtail, chromium); for
+    the Prometheus tools, of `release` (PROMETHEUS_RELEASES).
 
     Missing: a failure under CI=true (a skip must not hide a real-component test there), a skip elsewhere.
     """
-    path = shutil.which(name)
-    if path:
-        return path
-    msg = f"{name} is not installed (apt-get install prometheus prometheus-alertmanager); .ci/run installs it"
+    if release == "current":
+        path = CURRENT_PROMETHEUS / {"prometheus-alertmanager": "alertmanager"}.get(name, name)
+        if os.access(path, os.X_OK):
+            return str(path)
+        msg = f"{path} is missing: scripts/current-prometheus fetches it (scripts/test does)"
+    else:
+        found = shutil.which(name)
+        if found:
+            return found
+        msg = f"{name} is not installed (apt-get install prometheus prometheus-alertmanager); .ci/run installs it"
     if IN_CI:
         pytest.fail(msg)
     pytest.skip(msg)

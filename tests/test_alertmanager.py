@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import free_port, require_tool, stop_process, wait_until
+from helpers import PROMETHEUS_RELEASES, free_port, require_tool, stop_process, wait_until
 
 from exporter.generate import alertmanager, rules
 
@@ -35,8 +35,9 @@ def expected_receiver(labels: dict) -> str:
     return "page" if labels["severity"] == "critical" else "ticket"
 
 
-def test_check_config():
-    amtool = require_tool("amtool")
+@pytest.mark.parametrize("release", PROMETHEUS_RELEASES)
+def test_check_config(release):
+    amtool = require_tool("amtool", release)
     r = subprocess.run([amtool, "check-config", str(AM_CONFIG)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS" in r.stdout
@@ -58,9 +59,10 @@ def test_route_cases_cover_every_alert():
     assert "SGLangRetractionsFrequent" not in pages
 
 
+@pytest.mark.parametrize("release", PROMETHEUS_RELEASES)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["labels"]["alertname"])
-def test_amtool_routes(case):
-    amtool = require_tool("amtool")
+def test_amtool_routes(case, release):
+    amtool = require_tool("amtool", release)
     labels = [f"{k}={v}" for k, v in case["labels"].items()]
     r = subprocess.run([amtool, "config", "routes", "test", f"--config.file={AM_CONFIG}",
                         f"--verify.receivers={case['receiver']}", *labels],
@@ -97,10 +99,9 @@ def webhook():
         srv.server_close()
 
 
-@pytest.fixture
-def alertmanager(tmp_path, webhook):
-    binary = require_tool("prometheus-alertmanager") if not Path("/usr/bin/prometheus-alertmanager").exists() \
-        else "/usr/bin/prometheus-alertmanager"
+@pytest.fixture(params=PROMETHEUS_RELEASES)
+def alertmanager(tmp_path, webhook, request):
+    binary = require_tool("prometheus-alertmanager", request.param)
     url, received = webhook
     cfg = yaml.safe_load(AM_CONFIG.read_text())
     for rcv in cfg["receivers"]:                       # the example's placeholders -> our local webhook

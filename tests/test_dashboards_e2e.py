@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import free_port, require_tool, stop_process, wait_until
+from helpers import PROMETHEUS_RELEASES, free_port, require_tool, stop_process, wait_until
 
 from exporter import catalog
 from exporter.generate import dashboards as gen
@@ -367,14 +367,20 @@ class Prometheus:
 # ------------------------------------------------------------------------------------------------------ stack
 
 
+@pytest.fixture(scope="module", params=PROMETHEUS_RELEASES)
+def release(request):
+    """Which Prometheus answers the boards' queries: Debian stable's 2.42 or the 3.x clusters run today."""
+    return request.param
+
+
 @pytest.fixture(scope="module", params=[
     "static",
     pytest.param("exporter", marks=pytest.mark.skipif(not exporter_serve_available(),
                                                       reason="exporter.cli has no `serve` command yet")),
 ])
-def stack(request, tmp_path_factory):
-    binary = require_tool("prometheus")
-    work = tmp_path_factory.mktemp(f"dash-{request.param}")
+def stack(request, tmp_path_factory, release):
+    binary = require_tool("prometheus", release)
+    work = tmp_path_factory.mktemp(f"dash-{request.param}-{release}")
     closers = []
     try:
         sglang = MetricsServer(Exposition(sglang_exposition))

@@ -25,7 +25,7 @@ from e2e_harness import (
     receiver_for,
     routing_tree,
 )
-from helpers import require_tool, wait_until
+from helpers import PROMETHEUS_RELEASES, require_tool, wait_until
 
 from exporter import catalog
 from exporter.generate import records
@@ -43,10 +43,12 @@ TUNING = {"too_conservative", "queue_overloaded", "cuda_graph_off", "headroom_hi
           "concurrency_capped"}
 
 
-@pytest.fixture(scope="module")     # torn down after this file: its ~20 exporters, Prometheus and
-# Alertmanager, and the threads feeding them in this process, must not run (and allocate) under later tests
+# torn down after this file's tests of one release: its ~20 exporters, Prometheus and Alertmanager, and the
+# threads feeding them in this process, must not run (and allocate) under later tests. Both Prometheus stacks
+# (helpers.PROMETHEUS_RELEASES): Debian stable's, and the 3.x and Alertmanager 0.3x that clusters run today
+@pytest.fixture(scope="module", params=PROMETHEUS_RELEASES)
 def stack(request):
-    s = Stack(CASES)
+    s = Stack(CASES, release=request.param)
     request.addfinalizer(s.close)      # runs even when start() fails half way
     s.start()
     s.settle()

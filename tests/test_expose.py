@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from golden_exposition import GOLDEN, normalise, render
-from helpers import require_tool
+from helpers import PROMETHEUS_RELEASES, require_tool
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.catalog import METRICS, METRICS_BY_NAME, SIGNAL_VALUE_METRICS, SIGNALS_BY_ID
@@ -86,8 +86,9 @@ def test_exposition_follows_naming_rules(exposition):
         assert m.name.endswith("_total") == (m.type == "counter"), m.name
 
 
-def test_promtool_check_metrics(exposition):
-    promtool = require_tool("promtool")
+@pytest.mark.parametrize("release", PROMETHEUS_RELEASES)
+def test_promtool_check_metrics(exposition, release):
+    promtool = require_tool("promtool", release)
     proc = subprocess.run([promtool, "check", "metrics"], input=exposition[0], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), \

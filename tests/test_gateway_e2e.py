@@ -35,9 +35,14 @@ def _listen(name: str, argv, workdir: Path, procs: list) -> str:
     return url
 
 
-@pytest.mark.parametrize("release", ["1.9.0", "0.2.4"], ids=["smg-1.9.0", "sgl-router-0.2.4"])
-def test_no_healthy_worker_pages_once_through_prometheus_and_alertmanager(release):
-    prometheus, alertmanager = require_tool("prometheus"), require_tool("prometheus-alertmanager")
+# each gateway release on Debian stable's Prometheus, and the newest on the current one (the two axes are
+# independent: a third pair would spend 30 s on nothing new)
+@pytest.mark.parametrize("release,prometheus_release", [("1.9.0", "stable"), ("0.2.4", "stable"),
+                                                        ("1.9.0", "current")],
+                         ids=["smg-1.9.0", "sgl-router-0.2.4", "smg-1.9.0-prometheus-current"])
+def test_no_healthy_worker_pages_once_through_prometheus_and_alertmanager(release, prometheus_release):
+    prometheus = require_tool("prometheus", prometheus_release)
+    alertmanager = require_tool("prometheus-alertmanager", prometheus_release)
     settings = RuleSettings(Config(alerts=AlertSettings(short_windows=True)))
     sim = GatewaySimulator(release, workers=2)
     sim.advance(60)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import IN_CI, free_port, require_tool, wait_until
+from helpers import IN_CI, PROMETHEUS_RELEASES, free_port, require_tool, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL = ROOT / "deploy" / "local"
@@ -63,8 +63,9 @@ def test_compose_prometheus_config_matches_stack():
     assert prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["127.0.0.1:9093"]
 
 
-def test_prometheus_config_is_valid(tmp_path):
-    promtool = require_tool("promtool")
+@pytest.mark.parametrize("release", PROMETHEUS_RELEASES)
+def test_prometheus_config_is_valid(tmp_path, release):
+    promtool = require_tool("promtool", release)
     text = (LOCAL / "prometheus.yml").read_text().replace("/etc/prometheus/rules/", str(tmp_path) + "/")
     f = tmp_path / "prometheus.yml"
     f.write_text(text)

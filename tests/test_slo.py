@@ -10,7 +10,7 @@ import pytest
 import yaml
 from helm_render import CHART, NAMESPACE, RELEASE, template, value_sets
 from helm_render import helm as run_helm
-from helpers import require_tool
+from helpers import PROMETHEUS_RELEASES, require_tool
 
 from exporter.catalog import slo as catalog_slo
 from exporter.config import Config, ConfigError, build
@@ -113,14 +113,15 @@ def _bundle(tmp_path: Path, cfg: Config) -> Path:
     return out / "alerts"
 
 
-def _promtool_test(alerts_dir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([require_tool("promtool"), "test", "rules", "tests/sglang-slo.test.yml"],
+def _promtool_test(alerts_dir: Path, release: str = "stable") -> subprocess.CompletedProcess:
+    return subprocess.run([require_tool("promtool", release), "test", "rules", "tests/sglang-slo.test.yml"],
                           cwd=alerts_dir, capture_output=True, text=True, timeout=600)
 
 
-def test_generated_promtool_tests_pass(tmp_path):
+@pytest.mark.parametrize("release", PROMETHEUS_RELEASES)
+def test_generated_promtool_tests_pass(tmp_path, release):
     alerts_dir = _bundle(tmp_path, _config(tmp_path, ALL))
-    check = subprocess.run([require_tool("promtool"), "check", "rules", SLO_RULES], cwd=alerts_dir,
+    check = subprocess.run([require_tool("promtool", release), "check", "rules", SLO_RULES], cwd=alerts_dir,
                            capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout + check.stderr
     tests = yaml.safe_load((alerts_dir / "tests" / "sglang-slo.test.yml").read_text())["tests"]
@@ -131,7 +132,7 @@ def test_generated_promtool_tests_pass(tmp_path):
         assert any("pages after" in n for n in mine) and any("does not page" in n for n in mine), mine
         assert any("stays quiet" in n for n in mine) and any("not the 1h one" in n for n in mine), mine
         assert any("not the 5m one" in n for n in mine), mine
-    r = _promtool_test(alerts_dir)
+    r = _promtool_test(alerts_dir, release)
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -167,24 +167,27 @@ def meta_tests(settings: RuleSettings, a: Alert) -> list[dict]:
     if a.name == "SGLangLogStale":
         window = parse_duration(settings.window(settings.log_stale_window))
         k = 5
-        steps = k + int((window + f) / step) + 5
+        # sampled every half evaluation: the last sample before the counter stops is then never on a window's
+        # left edge at an evaluation, which Prometheus 2 keeps in the window and 3 leaves out (left-open)
+        n = 2 * (k + int((window + f) / step) + 5)
         src = {"source": "/var/log/sglang/sglang.log"}
         # pod_a: reads lines, then nothing from step k on. pod_b: one line per (window - step): never a silent window.
-        a_vals = [10 * min(i, k) for i in range(steps)]
-        every = int(window / step) - 1
+        a_vals = [10 * min(i, 2 * k) for i in range(n)]
+        every = 2 * (int(window / step) - 1)
         b_vals, c = [], 0
-        for i in range(steps):
+        for i in range(n):
             if i % every == 0:
                 c += 1
             b_vals.append(c)
         series = [{"series": series_text(M_READ, {**pod_a, **src}), "values": values_text(a_vals)},
                   {"series": series_text(M_READ, {**pod_b, **src}), "values": values_text(b_vals)},
-                  {"series": series_text(M_SOURCE_UP, {**pod_a, **src}), "values": values_text([1] * steps)},
-                  {"series": series_text(M_SOURCE_UP, {**pod_b, **src}), "values": values_text([1] * steps)},
+                  {"series": series_text(M_SOURCE_UP, {**pod_a, **src}), "values": values_text([1] * n)},
+                  {"series": series_text(M_SOURCE_UP, {**pod_b, **src}), "values": values_text([1] * n)},
                   {"series": series_text(M_SOURCE_UP, {**pod_b, "source": "sglang_metrics"}),
-                   "values": values_text([0] * steps)}]
-        t_on = k * step + window   # window [t - window, t] holds only equal samples from here on
-        tests = [{"name": f"{a.name}: no line read for {fmt_duration(window)}, then {a.for_}", "interval": iv,
+                   "values": values_text([0] * n)}]
+        t_on = k * step + window   # the first evaluation whose window holds only equal samples
+        tests = [{"name": f"{a.name}: no line read for {fmt_duration(window)}, then {a.for_}",
+                  "interval": f"{int(step * 500)}ms",
                   "input_series": series,
                   "alert_rule_test": [alert_case(a.name, t_on + f - step, []),
                                       alert_case(a.name, t_on + f, [expected_alert(a, {**pod_a, **src}, 0)])]}]
