@@ -331,7 +331,8 @@ def take_profile(base: str, seconds: int, out: dict) -> None:
     out["window"] = seconds
     try:
         with urllib.request.urlopen(f"{base}/debug/pprof/profile?seconds={seconds}", timeout=seconds + 30) as r:
-            out["split"] = profile_split(r.read())
+            out["raw"] = r.read()
+            out["split"] = profile_split(out["raw"])
     except (OSError, ValueError) as exc:      # the figures stand without it
         out["error"] = str(exc)
 
@@ -510,6 +511,8 @@ def main() -> int:
           f"(load {loads['measuring']})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
+        if profiled.get("raw"):     # for `python bench/go_profile.py` (the heaviest functions)
+            args.json.with_suffix(".pprof.gz").write_bytes(profiled["raw"])
         args.json.write_text(json.dumps({"servers": args.servers, "prometheus": version, "head_series": head,
                                          "failures": failed, "targets_up": targets_up, "load": loads,
                                          "groups": groups_seen, "samples": samples, "queries": queries, "cpu": cpu,

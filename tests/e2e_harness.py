@@ -379,7 +379,7 @@ class Running:
 class Stack:
     """The shared stack. start() brings everything up; close() stops everything (idempotent)."""
 
-    def __init__(self, cases_: list[Case], workdir: Path | None = None, release: str = "stable"):
+    def __init__(self, cases_: list[Case], workdir: Path | None = None, release: str = "installed"):
         self.cases = cases_
         self.release = release          # which Prometheus and Alertmanager (helpers.PROMETHEUS_RELEASES)
         self._tmp = None

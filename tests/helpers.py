@@ -14,14 +14,15 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-# The Prometheus stacks the bundle is tested on: Debian stable's on PATH (Prometheus 2.42, Alertmanager 0.25), and
-# Debian testing's (3.x LTS, 0.3x: what a cluster set up today runs), which scripts/current-prometheus fetches
-PROMETHEUS_RELEASES = ("stable", "current")
+# The Prometheus stacks the bundle is tested on: the machine's own on PATH (apt-get install: Prometheus 2.42 and
+# Alertmanager 0.25 on Debian 12), and Debian testing's (3.x LTS, 0.3x: what a cluster set up today runs), which
+# scripts/current-prometheus fetches
+PROMETHEUS_RELEASES = ("installed", "current")
 CURRENT_PROMETHEUS = Path(os.environ.get("SGLANG_EXPORTER_CURRENT_PROMETHEUS")
                           or Path.home() / ".cache" / "sglang-exporter" / "tools" / "prometheus-forky")
 
 
-def require_tool(name: str, release: str = "stable") -> str:
+def require_tool(name: str, release: str = "installed") -> str:
     """Path of a real binary (promtool, amtool, prometheus, prometheus-alertmanager, mtail, chromium); for
     the Prometheus tools, of `release` (PROMETHEUS_RELEASES).
 

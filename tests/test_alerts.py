@@ -214,7 +214,7 @@ def test_short_windows_shorten_for_and_ranges():
 
 # ------------------------------------------------------------------------------------------ promtool
 
-def _promtool_ok(args, cwd, release="stable"):
+def _promtool_ok(args, cwd, release="installed"):
     promtool = require_tool("promtool", release)
     r = subprocess.run([promtool, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"promtool ({release}) {' '.join(args)}\n{r.stdout}\n{r.stderr}"

@@ -369,7 +369,8 @@ class Prometheus:
 
 @pytest.fixture(scope="module", params=PROMETHEUS_RELEASES)
 def release(request):
-    """Which Prometheus answers the boards' queries: Debian stable's 2.42 or the 3.x clusters run today."""
+    """Which Prometheus answers the boards' queries: the installed one (2.42 on Debian 12) or the
+    3.x clusters run today."""
     return request.param
 
 

@@ -45,7 +45,7 @@ TUNING = {"too_conservative", "queue_overloaded", "cuda_graph_off", "headroom_hi
 
 # torn down after this file's tests of one release: its ~20 exporters, Prometheus and Alertmanager, and the
 # threads feeding them in this process, must not run (and allocate) under later tests. Both Prometheus stacks
-# (helpers.PROMETHEUS_RELEASES): Debian stable's, and the 3.x and Alertmanager 0.3x that clusters run today
+# (helpers.PROMETHEUS_RELEASES): the machine's own, and the 3.x and Alertmanager 0.3x clusters run today
 @pytest.fixture(scope="module", params=PROMETHEUS_RELEASES)
 def stack(request):
     s = Stack(CASES, release=request.param)

@@ -113,7 +113,7 @@ def _bundle(tmp_path: Path, cfg: Config) -> Path:
     return out / "alerts"
 
 
-def _promtool_test(alerts_dir: Path, release: str = "stable") -> subprocess.CompletedProcess:
+def _promtool_test(alerts_dir: Path, release: str = "installed") -> subprocess.CompletedProcess:
     return subprocess.run([require_tool("promtool", release), "test", "rules", "tests/sglang-slo.test.yml"],
                           cwd=alerts_dir, capture_output=True, text=True, timeout=600)
 
