@@ -19,10 +19,11 @@ _LOCATION_ID, _LOCATION_LINE = 1, 4
 _LINE_FUNCTION = 1
 _FUNCTION_ID, _FUNCTION_NAME = 1, 2
 
-# what bench/fleet.py reports: a sample counts for every path whose function is on its stack
+# what bench/fleet.py reports: a sample counts for every path one of whose functions is on its stack (Prometheus
+# 2.x selects through the querier adapter, 3.x straight from the block querier)
 PATHS = {
     "rule evaluation": "rules.(*Group).Eval",
-    "  selecting series (postings, sort)": "storage.(*querierAdapter).Select",
+    "  selecting series (postings, sort)": ("storage.(*querierAdapter).Select", "tsdb.(*blockQuerier).Select"),
     "  sorting postings by labels": "tsdb.(*headIndexReader).SortedPostings",
     "  alert templates (parsed, expanded)": "text/template",
     "scraping": "scrape.(*scrapeLoop).run",
@@ -116,8 +117,9 @@ def split(profile: bytes) -> dict:
     under: Counter = Counter()
     for names, value in stacks(profile):
         total += value
-        for label, marker in PATHS.items():
-            if any(marker in name for name in names):
+        for label, markers in PATHS.items():
+            markers = (markers,) if isinstance(markers, str) else markers
+            if any(marker in name for name in names for marker in markers):
                 under[label] += value
     return {"seconds": total / 1e9, "paths": {label: under[label] / 1e9 for label in PATHS}}
 
