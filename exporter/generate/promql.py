@@ -17,14 +17,15 @@ def parse_duration(d: str) -> float:
 
 
 def fmt_duration(seconds: float) -> str:
-    s = int(round(seconds))
-    if s == 0:
+    """A Prometheus duration, to the millisecond (`2s500ms`)."""
+    ms = int(round(seconds * 1000))
+    if ms == 0:
         return "0s"
     out = ""
-    for unit, n in (("h", 3600), ("m", 60), ("s", 1)):
-        if s >= n:
-            out += f"{s // n}{unit}"
-            s %= n
+    for unit, n in (("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        if ms >= n:
+            out += f"{ms // n}{unit}"
+            ms %= n
     return out
 
 
