@@ -51,6 +51,7 @@ class Rename:
     release: str        # the first release with the new name
 
 
+@cache       # the release tables compare a few dozen versions thousands of times while the catalog loads
 def version_key(version: str) -> tuple:
     """(major, minor, patch, post) of "0.4.10.post2"; ValueError for anything else."""
     m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?", version.strip())
