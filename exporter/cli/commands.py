@@ -11,7 +11,6 @@ import threading
 
 from exporter import __version__
 from exporter.cli.arguments import serve_config
-from exporter.cli.heap import keep_freed_heap
 from exporter.cli.logging_setup import FORMATS as LOG_FORMATS
 from exporter.cli.logging_setup import LEVELS as LOG_LEVELS
 from exporter.cli.logging_setup import configure as configure_logging
@@ -59,7 +58,6 @@ def cmd_parse(args) -> int:
     out = sys.stdout
     dumps = JsonLines()
     stats = []
-    keep_freed_heap(args.files)
     try:
         for path in args.files:
             sp = SourceParser(path)
@@ -152,7 +150,6 @@ def cmd_analyze(args) -> int:
     if files != args.files:
         print(f"analyze: reading {', '.join(files)} in this order (a file's rotated copies before it, oldest "
               "first)", file=sys.stderr)
-    keep_freed_heap(files)
     report = analyze(files, cfg, progress=None if not args.quiet else False, series=args.format == "html",
                      profile_default="profile" not in origins)
     if report["lines"]["read"] and not report["lines"]["recognised"]:
