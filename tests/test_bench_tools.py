@@ -205,3 +205,16 @@ def test_go_profile_reads_what_a_real_prometheus_writes(tmp_path):
     stacks = go_profile.stacks(profile)
     assert stacks and all(names for names, _ in stacks)
     assert any(name.startswith("github.com/prometheus/prometheus/") for names, _ in stacks for name in names)
+
+
+def test_rounds_compares_two_checkouts_with_mtail_in_each_round(tmp_path):
+    require_tool("mtail")
+    _gen(tmp_path, "g.log", 300, 3)
+    log = tmp_path / "g.log"
+    root = str(BENCH.parent)
+    out = subprocess.run([sys.executable, str(BENCH / "rounds.py"), "--file", str(log), "--rounds", "2", root, root],
+                         capture_output=True, text=True, timeout=300, check=True)
+    rows = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("| ")}
+    assert set(rows) >= {"mtail", "before", "after"}
+    assert rows["before"].rstrip(" |").endswith("x") and rows["after"].rstrip(" |").endswith("x")
+    assert out.stderr.count("round ") == 2
