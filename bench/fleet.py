@@ -9,7 +9,8 @@ share every namespace, pod and address, every rule file of ours loaded; then eac
 
 One HTTP server on 127.0.0.1 serves every target under its own path (/<i>/sidecar, /<i>/sglang); Prometheus
 scrapes them as separate targets whose `instance`, `cluster`, `namespace` and `pod` labels are set in the
-scrape config. Every `--big-every`-th server is dp8 x tp8, the rest tp1. Needs Debian's `prometheus`.
+scrape config. Every `--big-every`-th server is dp8 x tp8, the rest tp1. Needs a Prometheus: by default the
+current release `scripts/current-prometheus` fetched, else Debian's `prometheus` on PATH (`--prometheus BIN`).
 """
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ from go_profile import split as profile_split  # (bench/ is sys.path[0] when run
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "bench/out/fleet"
 CLUSTERS = ("eu-1", "us-1")
+# the current release scripts/current-prometheus fetches (Debian testing's 3.5 today): the one docs/configuration.md
+# recommends for fleets of this size, so a plain run measures it when it is there
+CURRENT_PROMETHEUS = Path(os.environ.get("SGLANG_EXPORTER_CURRENT_PROMETHEUS")
+                          or Path.home() / ".cache/sglang-exporter/tools/prometheus-forky") / "prometheus"
 GROWING = re.compile(r"(_total|_bucket|_sum|_count)(\{|\s)")
 VARIABLES = {"$namespace": ".*", "$instance": ".*", "$model": ".*", "$cluster": ".*", "$server": ".*",
              "$__rate_interval": "1m", "$__interval": "15s"}
@@ -363,8 +368,9 @@ def main() -> int:
     ap.add_argument("--hold", type=float, default=0, help="seconds to keep Prometheus up after measuring")
     ap.add_argument("--latency-alternatives", action="store_true",
                     help="also time other ways to record the latency quantiles, side by side")
-    ap.add_argument("--prometheus", default="prometheus",
-                    help="the Prometheus binary (a path, or a name on PATH): compare releases on the same rules")
+    ap.add_argument("--prometheus", default=str(CURRENT_PROMETHEUS) if CURRENT_PROMETHEUS.exists() else "prometheus",
+                    help="the Prometheus binary (a path, or a name on PATH): compare releases on the same rules "
+                         "(default: the one scripts/current-prometheus fetched, else prometheus on PATH)")
     ap.add_argument("--group-limit", type=float, default=1.0, help="goal: every rule group's median evaluation")
     ap.add_argument("--query-limit", type=float, default=2.0, help="goal: every dashboard query")
     args = ap.parse_args()
