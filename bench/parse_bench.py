@@ -99,6 +99,22 @@ def run_measured(argv, stdout_path=None, env=None, timeout=3600):
     return wall, cpu, rss, rc, out, err
 
 
+def compiled_copy(checkout: Path, into: Path, python: str) -> Path:
+    """The checkout's exporter/ package under `into`, its bytecode written by `python`: an installed package has
+    its bytecode compiled (pip does it), while a checkout run with PYTHONDONTWRITEBYTECODE set would compile
+    every module on every run (~0.1 s)."""
+    shutil.copytree(Path(checkout) / "exporter", into / "exporter", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([python, "-m", "compileall", "-q", str(into)], stdout=subprocess.DEVNULL, check=False)
+    return into
+
+
+def mtail_program(profile: str, layout: str = "sglang") -> Path:
+    """The equal-work mtail program for a generated log of this profile and prefix layout."""
+    if profile == "realistic":
+        return BENCH / "sglang_full.mtail"
+    return BENCH / ("sglang.mtail" if layout == "sglang" else "sglang_custom.mtail")
+
+
 def pin_prefix(no_pin: bool) -> list[str]:
     if no_pin or not shutil.which("taskset"):
         return []
@@ -206,12 +222,8 @@ def main(argv=None) -> int:
     env = dict(os.environ)
     env.setdefault("PYTHONHASHSEED", "0")
     tmp = tempfile.mkdtemp(prefix="parse_bench_")
-    # An installed package has its bytecode compiled (pip does it); a checkout run with PYTHONDONTWRITEBYTECODE
-    # set would compile every module on every run (~0.1 s). So the exporter runs from a copy of the package with
-    # its bytecode compiled, outside the tree.
-    pkg = Path(tmp) / "pkg"
-    shutil.copytree(REPO / "exporter", pkg / "exporter", ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([a.python, "-m", "compileall", "-q", str(pkg)], stdout=subprocess.DEVNULL, check=False)
+    # the exporter runs from a copy of the package with its bytecode compiled, outside the tree (compiled_copy)
+    pkg = compiled_copy(REPO, Path(tmp) / "pkg", a.python)
     env["PYTHONPATH"] = str(pkg) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         if a.file:
@@ -255,12 +267,7 @@ def _run(a, env, tmp, log, size, nlines) -> int:
         results.append(r)
 
     # mtail
-    if a.program:
-        prog = Path(a.program)
-    elif a.profile == "realistic":
-        prog = BENCH / "sglang_full.mtail"
-    else:
-        prog = BENCH / ("sglang.mtail" if a.layout == "sglang" else "sglang_custom.mtail")
+    prog = Path(a.program) if a.program else mtail_program(a.profile, a.layout)
     if not shutil.which("mtail"):
         r = Result("mtail", "mtail", note="mtail not installed (apt-get install mtail)")
         r.skipped = True

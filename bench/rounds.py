@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROGRAMS = {"bench": "sglang.mtail", "realistic": "sglang_full.mtail"}
+sys.path.insert(0, str(HERE))
+from parse_bench import compiled_copy, mtail_program  # noqa: E402  (bench/ is not a package)
 
 
 def cpu_seconds(argv: list[str], env: dict | None = None) -> float:
@@ -34,20 +35,12 @@ def cpu_seconds(argv: list[str], env: dict | None = None) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def compiled_copy(checkout: str, into: Path, python: str) -> Path:
-    """The checkout's exporter/ package under `into`, its bytecode written."""
-    into.mkdir(parents=True)
-    shutil.copytree(Path(checkout) / "exporter", into / "exporter", ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([python, "-m", "compileall", "-q", str(into)], stdout=subprocess.DEVNULL, check=True)
-    return into
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("before")
     ap.add_argument("after")
     ap.add_argument("--file", required=True, help="the log (genlog.py 1000000 F --seed 1 [--profile realistic])")
-    ap.add_argument("--profile", choices=sorted(PROGRAMS), default="bench", help="picks the mtail program")
+    ap.add_argument("--profile", choices=("bench", "realistic"), default="bench", help="picks the mtail program")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--python", default=sys.executable, help="the interpreter that runs the exporter")
     ap.add_argument("--cpu", default="0", help="the core every command is pinned to (taskset -c)")
@@ -56,11 +49,11 @@ def main(argv=None) -> int:
         print("needs mtail and taskset (apt-get install mtail util-linux)", file=sys.stderr)
         return 2
     pin = ["taskset", "-c", a.cpu]
-    mtail = [*pin, "mtail", "--one_shot", "--progs", str(HERE / PROGRAMS[a.profile]), "--logs", a.file,
+    mtail = [*pin, "mtail", "--one_shot", "--progs", str(mtail_program(a.profile)), "--logs", a.file,
              "--logtostderr"]
     cpu: dict[str, list[float]] = {"mtail": [], "before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="rounds_") as td:
-        trees = {name: compiled_copy(path, Path(td) / name, a.python)
+        trees = {name: compiled_copy(Path(path), Path(td) / name, a.python)
                  for name, path in (("before", a.before), ("after", a.after))}
         for r in range(1, a.rounds + 1):
             cpu["mtail"].append(cpu_seconds(mtail))

@@ -31,7 +31,7 @@ ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # its lines' strings (about three times the block) stay in a core's 512 KiB L2 cache while the parser walks
 # them, and that glibc keeps the heap a block frees for the next one. With 256 KiB blocks the heap grew by about
 # 1 MiB and was handed back to the kernel at every block: `analyze` of a 1M-line realistic log made 152,000 page
-# faults (0.9 s of system time) and 6-8 % more user time; with 64 KiB it makes 4,400 (0.13 s). The per-block
+# faults (0.9 s of system time) and 6-8 % more CPU besides; with 64 KiB it makes 4,400 (0.13 s). The per-block
 # work is ~220 lines' worth either way. The follower reads as much (follower.py).
 BLOCK_BYTES = 1 << 16
 
