@@ -81,18 +81,28 @@ class Engine:
         self.sources = Sources(self.sources.log_up if log_up is None else log_up,
                                self.sources.metrics_up if metrics_up is None else metrics_up)
 
-    def evaluate(self, now: float) -> Snapshot:
+    def judge(self, now: float) -> None:
+        """An evaluation at `now` whose snapshot nobody reads: the judges run, and the history and the failures
+        seen move with what they said. `analyze` replays a log with these and reads the Judgements once."""
         st = self.state
         if st.observed_from is None:
             st.observed_from = now
         st.expire(now)
         evaluator = self._evaluate
-        judgements = evaluator(st, self.sources, now)
-        for sid in evaluator.changed:    # an unchanged judgement was tracked already: nothing to record
-            j = judgements[sid]
-            self._track(sid, j, now)
-            if j.firing and j.cause is not None and sid in FAILURE_IDS:
-                self._failure(sid, j, now)
+        evaluator.judge(st, self.sources, now)
+        said = evaluator.said
+        for sid in evaluator.changed:    # a signal that said the same again was tracked already
+            firing, value = said[sid][:2]
+            self._track(sid, firing, value, now)
+            if firing and sid in FAILURE_IDS and len(said[sid]) > 3 and said[sid][3] is not None:
+                self._failure(sid, said[sid][3], now)
+
+    def evaluate(self, now: float) -> Snapshot:
+        """`judge`, and the snapshot of it: every signal's Judgement and (when `advise`) the advice."""
+        self.judge(now)
+        st = self.state
+        evaluator = self._evaluate
+        judgements = evaluator.judgements()
         advice: list[Recommendation] = []
         if self.advise:
             firing = evaluator.firing
@@ -101,13 +111,13 @@ class Engine:
         self.last = Snapshot(now, judgements, advice, self.history)
         return self.last
 
-    def _failure(self, sid: str, j: Judgement, now: float) -> None:
+    def _failure(self, sid: str, cause: tuple, now: float) -> None:
+        """A failure signal fired with its (cause class, cause line)."""
         fl = self.state.failures
         rec = {"crash": fl.crash, "oom": fl.startup_oom}.get({"server_crashed": "crash",
                                                               "startup_oom": "oom"}.get(sid, ""))
-        assert j.cause is not None                  # a firing failure signal always has its cause
-        entry: dict = {"signal": sid, "t": rec.t if rec is not None else now, "cause_class": j.cause[0],
-                       "cause": j.cause[1], "line": rec.line if rec is not None else None}
+        entry: dict = {"signal": sid, "t": rec.t if rec is not None else now, "cause_class": cause[0],
+                       "cause": cause[1], "line": rec.line if rec is not None else None}
         if sid == "startup_oom":
             entry["stage"] = self.startup_oom_stage = fl.startup_oom_stage
         same = next((e for e in reversed(self.failures_seen) if e["signal"] == sid), None)
@@ -116,9 +126,9 @@ class Engine:
         elif len(self.failures_seen) < MAX_INTERVALS:
             self.failures_seen.append(entry)
 
-    def _track(self, sid: str, j: Judgement, now: float) -> None:
+    def _track(self, sid: str, firing: bool | None, value: float | None, now: float) -> None:
         h = self.history[sid]
-        new = "unknown" if j.firing is None else ("firing" if j.firing else "ok")
+        new = "unknown" if firing is None else ("firing" if firing else "ok")
         if new != h.state:
             if h.state == "firing" and h.intervals:
                 h.intervals[-1][1] = now
@@ -126,13 +136,13 @@ class Engine:
                 if len(h.intervals) >= MAX_INTERVALS:
                     h.intervals.pop(0)
                     h.dropped_intervals += 1
-                h.intervals.append([now, None, j.value])
+                h.intervals.append([now, None, value])
                 h.fired = True
             h.state, h.since = new, now
             h.known = h.known or new != "unknown"
-        if new == "firing" and j.value is not None:
+        if new == "firing" and value is not None:
             iv = h.intervals[-1]
-            iv[2] = j.value if iv[2] is None else _worse(sid, iv[2], j.value)
+            iv[2] = value if iv[2] is None else _worse(sid, iv[2], value)
             h.worst = iv[2] if h.worst is None else _worse(sid, h.worst, iv[2])
 
 

@@ -12,7 +12,7 @@ from exporter.config import Config
 from exporter.engine import Engine
 from exporter.ingest.pipeline import iter_file_events
 from exporter.signals.advice import reconcile
-from exporter.signals.judgement import _JUDGES, Evaluator, Judgement, Sources, evaluate, observed_window
+from exporter.signals.judgement import _JUDGES, Judgement, Sources, evaluate, judgement, observed_window
 from exporter.simulate import Simulator, load_scenario
 from exporter.state import ServerState
 
@@ -23,12 +23,17 @@ class FreshEvaluator:
     def __init__(self, params: dict):
         self.params = params
         self.changed: list[str] = []
+        self.said: dict[str, tuple] = {}
+        self._out: dict[str, Judgement] = {}
 
-    def __call__(self, state, sources, now):
-        out = evaluate(state, self.params, sources, now)
+    def judge(self, state, sources, now):
+        out = self._out = evaluate(state, self.params, sources, now)
+        self.said = {sid: (j.firing, j.value, j.detail, j.cause, j.unsupported) for sid, j in out.items()}
         self.changed = list(out)
         self.firing = tuple(sid for sid, j in out.items() if j.firing)
-        return out
+
+    def judgements(self):
+        return dict(self._out)
 
 
 def fresh_engine(config: Config) -> Engine:
@@ -46,11 +51,13 @@ def test_remembered_evaluation_equals_fresh_evaluation(tmp_path, scenario, profi
     Simulator(load_scenario(scenario), start=datetime(2025, 8, 11, 17), seed=1).write_log(log)
     config = Config(profile=profile)
     eng, ref = Engine(config, log_fed=True), fresh_engine(config)
+    replay = Engine(config, log_fed=True)      # as analyze runs it: judge() at each step, evaluate() at the end
     evaluations, next_eval = 0, None
 
     def check(t):
         nonlocal evaluations
         a, b = eng.evaluate(t), ref.evaluate(t)
+        replay.judge(t)
         assert a.judgements == b.judgements and a.advice == b.advice, (scenario, t)
         evaluations += 1
 
@@ -64,8 +71,11 @@ def test_remembered_evaluation_equals_fresh_evaluation(tmp_path, scenario, profi
             check(now)                     # and at odd times in between
         eng.ingest(ev, now)
         ref.ingest(ev, now)
+        replay.ingest(ev, now)
     check(now)
-    assert eng.history == ref.history
+    assert eng.history == ref.history == replay.history
+    assert eng.failures_seen == ref.failures_seen == replay.failures_seen
+    assert replay.evaluate(now).judgements == eng.last.judgements
     assert evaluations > 100
 
 
@@ -131,16 +141,12 @@ def test_expire_drops_what_every_window_drops():
 
 def test_a_judges_template_detail_is_formatted_into_its_judgement():
     """A judge's (template, *args) detail is compared as said and formatted when its Judgement is built."""
-    evaluator = Evaluator(Config().signal_params())
-    out: dict = {}
-    changed: list = []
     said = (True, 3.0, ("no progress for {:.0f} s", 3.0))
-    evaluator._take("stalled", "critical", said, [None, None], out, changed)
-    assert out["stalled"] == Judgement("stalled", "critical", True, 3.0, "no progress for 3 s")
-    assert out["stalled"].detail == "no progress for 3 s" and changed == ["stalled"]
+    j = judgement("stalled", "critical", said)
+    assert j == Judgement("stalled", "critical", True, 3.0, "no progress for 3 s")
     assert Judgement("stalled", "critical", None, None).detail == ""
     with pytest.raises(AttributeError):     # a Judgement is a value: nobody changes a kept one
-        out["stalled"].detail = "changed"  # type: ignore[misc]
+        j.detail = "changed"  # type: ignore[misc]
 
 
 def test_a_hit_series_counts_are_its_total_and_hits():

@@ -229,17 +229,18 @@ def _replay_untimed(engine: Engine, chart, untimed: list, now: float) -> None:
 
 
 def _catch_up(engine: Engine, chart, last_eval: float, now: float, step: float, stall: float) -> None:
-    """Evaluate at each step up to `now`, so silent gaps (a hung server prints nothing) show up in time."""
+    """Evaluate at each step up to `now`, so silent gaps (a hung server prints nothing) show up in time. (The
+    replay reads no snapshot but the last: `judge`, not `evaluate`.)"""
     t = last_eval + step
     n = 0
     while t <= now and n < MAX_CATCHUP_STEPS:
-        engine.evaluate(t)
+        engine.judge(t)
         if chart is not None:
             chart.sample(engine, t)
         t += step
         n += 1
     if t <= now:
-        engine.evaluate(now)
+        engine.judge(now)
         if chart is not None:
             chart.sample(engine, now)
 

@@ -52,78 +52,85 @@ def evaluate(state: ServerState, params: dict, sources: Sources, now: float) -> 
 class Evaluator:
     """evaluate() for one set of thresholds, as the engine calls it every few seconds.
 
-    Judges say (firing, value, detail); a detail is a string or a tuple (template, *args) of numbers and
-    strings, compared as it is and formatted only when the judgement is new. Each signal's last judgement is kept: when
-    its judge says the same again, that Judgement object is returned again. The answer is equal either way
-    (judges give values as floats or None, so == is exact); an unchanged judgement is just not rebuilt, and
-    `changed` (the signals whose judgement was built anew by the last call) lets the engine skip the others
-    in the history.
+    Judges say (firing, value, detail[, cause[, unsupported]]); a detail is a string or a tuple (template,
+    *args) of numbers and strings, compared as it is. An evaluation has two halves. `judge` runs the judges
+    and keeps what each said (`said`), listing in `changed` the signals that said something new (judges
+    give values as floats or None, so == is exact); the engine's history reads those sayings. `judgements`
+    turns the sayings into Judgements, building only those of signals that said something new since it last
+    ran: a replay (`analyze`) reads the history at every evaluation and the Judgements once, at the end, so
+    its evaluations build none.
 
-    An evaluation costs mostly its loop over the signals, so the loop does as little as it can: the answer
-    is a copy of the last one with the changed judgements replaced, and the signals whose answer is fixed by
-    the sources (read from /metrics only, and logs alone are up) are judged once, when that mode begins."""
+    The signals whose answer is fixed by the sources (read from /metrics only, and logs alone are up) are
+    judged once, when that mode begins."""
 
     def __init__(self, params: dict):
         self._plan = tuple((s.id, s.severity, s.window_seconds, _JUDGES[s.id], params[s.id])
                            for s in SIGNALS if params.get(s.id) is not None)
-        # signal id -> [what its judge said last, that Judgement]; the plans' entries share these lists
-        self._seen: dict[str, list] = {sid: [None, None] for sid, *_ in self._plan}
-        # the last answer, in catalog order (its values are set by the first call)
-        self._out: dict[str, Judgement] = dict.fromkeys(self._seen)  # type: ignore[assignment]
+        self._severity = {sid: severity for sid, severity, *_ in self._plan}
+        # what each signal's judge said last, in catalog order (set by the first call)
+        self.said: dict[str, tuple] = dict.fromkeys(self._severity)  # type: ignore[assignment]
+        self._built: dict[str, Judgement] = {}     # the Judgements of the sayings, but for `_unbuilt`
+        self._unbuilt: set[str] = set()            # signals that said something new since `judgements` ran
         self._mode: tuple | None = None
         self._judging: tuple = ()   # _plan_for(the current mode)
         self._gates: dict[tuple, tuple | None] = {}    # _missing's answers
         self.changed: list[str] = []
-        # the firing signals of the last answer, in catalog order (what advice is about); None: to be listed
-        # again, because a judgement started or stopped firing
+        # the firing signals of the last evaluation, in catalog order (what advice is about); None: to be
+        # listed again, because a signal started or stopped firing
         self.firing: tuple[str, ...] | None = None
 
     def __call__(self, state: ServerState, sources: Sources, now: float) -> dict[str, Judgement]:
+        self.judge(state, sources, now)
+        return self.judgements()
+
+    def judge(self, state: ServerState, sources: Sources, now: float) -> None:
+        """Run the judges at `now`: `said` holds what each said, `changed` lists those that said something new."""
         gate = not state.log_fed and sources.metrics_up and not sources.log_up
         logs_only = sources.log_up and not sources.metrics_up and not state.metrics_seen
-        out = self._out.copy()
+        said_last = self.said
         changed: list[str] = []
         self.changed = changed
         if (gate, logs_only) != self._mode:
             self._mode = (gate, logs_only)
             self._judging = self._plan_for(gate, logs_only)
-            for sid, severity, *_ in self._plan:     # the fixed answers, once per mode
-                seen = self._seen[sid]
-                if logs_only and sid in METRICS_ONLY and seen[0] != _NO_METRICS:
-                    self._take(sid, severity, _NO_METRICS, seen, out, changed)
+            for sid, *_ in self._plan:     # the fixed answers, once per mode
+                if logs_only and sid in METRICS_ONLY and said_last[sid] != _NO_METRICS:
+                    self._take(sid, _NO_METRICS, changed)
         take = self._take
-        for sid, severity, judge, p, window, seen in self._judging:
+        for sid, judge, p, window in self._judging:
             said = judge(state, p, sources, now, window)
-            if said != seen[0]:
-                take(sid, severity, said, seen, out, changed)
-        self._out = out
+            if said != said_last[sid]:
+                take(sid, said, changed)
         if self.firing is None:
-            self.firing = tuple([sid for sid, j in out.items() if j.firing])
-        return out
+            self.firing = tuple([sid for sid, said in said_last.items() if said[0]])
 
-    def _take(self, sid: str, severity: str, said: tuple, seen: list, out: dict, changed: list) -> None:
-        """A signal's judge said something new (not `seen[0]`): its Judgement is built, kept in `seen` and put
-        in `out`."""
-        firing, value, detail = said[:3]
-        if seen[1] is None or bool(seen[1].firing) != bool(firing):
+    def _take(self, sid: str, said: tuple, changed: list) -> None:
+        """A signal's judge said something new."""
+        last = self.said[sid]
+        if last is None or bool(last[0]) != bool(said[0]):
             self.firing = None
-        seen[0] = said
-        if detail.__class__ is not str:     # a judge's (template, *args): formatted only when the judgement is new
-            detail = detail[0].format(*detail[1:])
-        seen[1] = out[sid] = Judgement(sid, severity, firing, value, detail, said[3] if len(said) > 3 else None,
-                                       len(said) > 4 and said[4])
+        self.said[sid] = said
+        self._unbuilt.add(sid)
         changed.append(sid)
 
+    def judgements(self) -> dict[str, Judgement]:
+        """Every signal's Judgement of the last `judge`, in catalog order (a new dict: the caller keeps it)."""
+        built = self._built
+        for sid in self._unbuilt:
+            built[sid] = judgement(sid, self._severity[sid], self.said[sid])
+        self._unbuilt.clear()
+        return {sid: built[sid] for sid in self.said}
+
     def _plan_for(self, gate: bool, logs_only: bool) -> tuple:
-        """(id, severity, judge, thresholds, window, its [said, Judgement]) of each signal judged in this mode:
-        with /metrics alone, a judge runs only when the scrape carries the signal's inputs (_missing)."""
+        """(id, judge, thresholds, window) of each signal judged in this mode: with /metrics alone, a judge runs
+        only when the scrape carries the signal's inputs (_missing)."""
         plan = []
-        for sid, severity, window, judge, p in self._plan:
+        for sid, _, window, judge, p in self._plan:
             if logs_only and sid in METRICS_ONLY:
                 continue
             if gate:
                 judge = self._gated(sid, judge)
-            plan.append((sid, severity, judge, p, window, self._seen[sid]))
+            plan.append((sid, judge, p, window))
         return tuple(plan)
 
     def _gated(self, sid: str, judge):
@@ -143,6 +150,15 @@ class Evaluator:
                 self._gates.clear()
             self._gates[key] = said
         return said  # type: ignore[return-value]  # (False only before the store above)
+
+
+def judgement(sid: str, severity: str, said: tuple) -> Judgement:
+    """The Judgement of what a signal's judge said (a template detail is formatted here)."""
+    firing, value, detail = said[:3]
+    if detail.__class__ is not str:
+        detail = detail[0].format(*detail[1:])
+    return Judgement(sid, severity, firing, value, detail, said[3] if len(said) > 3 else None,
+                     len(said) > 4 and said[4])
 
 
 def _fed_by_batches(state: ServerState, sources: Sources) -> bool:
