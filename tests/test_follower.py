@@ -23,6 +23,7 @@ from exporter.ingest import follower as follower_mod
 from exporter.ingest import watch as watch_mod
 from exporter.ingest.containers import ContainerDecoder
 from exporter.ingest.follower import Follower, FollowStats, Line, _cut_point, _Splitter, expand, read_lines
+from exporter.ingest.lines import strip_ansi
 from exporter.ingest.positions import PositionsError
 from exporter.sidecar import checkpoint
 from exporter.sidecar.checkpoint import CheckpointError
@@ -445,6 +446,26 @@ def test_any_chunking_gives_the_same_lines(tokens, sizes, mx):
         k += 1
     s.flush(out)
     assert [(ln.lineno, ln.text, ln.cut) for ln in expand(out)] == _reference_lines(data, mx)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"\n", b"ab", b"\r", b"\x1b[31m", b"\x1b[0m", b"\x1b[", b"\xc3\xa9", b"\xc3",
+                                 b"\xe4\xb8\xad", b"\xf0\x9f\x99\x82", b"\xf0\x9f", b"\xa9"]), max_size=120),
+       st.integers(min_value=1, max_value=64))
+def test_a_block_gives_the_lines_each_line_decoded_alone_gives(tokens, chunk):
+    """The splitter decodes an ASCII block at once and any other line by line (a wide character would widen
+    the whole block): either way each line is what decoding it alone gives, escapes stripped, \\r dropped."""
+    data = b"".join(tokens)
+    out: list = []
+    s = _Splitter("x", 1 << 20)
+    for pos in range(0, len(data), chunk):
+        s.feed(data[pos:pos + chunk], out)
+    s.flush(out)
+    raw_lines = data.split(b"\n")
+    if raw_lines[-1] == b"":
+        raw_lines.pop()
+    want = [strip_ansi(raw.decode("utf-8", "replace")).removesuffix("\r") for raw in raw_lines]
+    assert [ln.text for ln in expand(out)] == want
 
 
 # ---------------------------------------------------------------------------------------------------------

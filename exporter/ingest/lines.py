@@ -167,11 +167,16 @@ class _Splitter:
                     else:
                         self._emit(out, raw)
             else:
-                # Fast path: no line here can exceed the limit. Decoding the whole body at once is safe:
-                # an invalid UTF-8 sequence never swallows a b"\n", so lines map one to one.
-                text = strip_ansi(body.decode("utf-8", "replace"))     # one look per chunk when none
-                parts = text.split("\n")
-                if "\r" in text:
+                # Fast path: no line here can exceed the limit. An invalid UTF-8 sequence never swallows a
+                # b"\n", so decoding the body at once or line by line gives the same lines.
+                if body.isascii():
+                    parts = strip_ansi(body.decode()).split("\n")     # one look per chunk for an escape
+                else:
+                    # line by line: one character past Latin-1 (a prompt's CJK, an emoji, a curly quote)
+                    # makes the whole decoded body 2 or 4 bytes a character, and splitting it then copies
+                    # every ASCII line through that width (reading such a block: -40 %, bench/README)
+                    parts = [strip_ansi(raw.decode("utf-8", "replace")) for raw in body.split(b"\n")]
+                if b"\r" in body:
                     parts = [p.removesuffix("\r") for p in parts]
                 out.append(Block(self.source, self.lineno + 1, parts))
                 self.lineno += len(parts)
