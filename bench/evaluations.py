@@ -10,7 +10,7 @@ evaluations, is the cost of one evaluation (window expiry, the judges, history, 
 per-line work taken out. `--judges` instead times, in this process (wall clock: pin it, `taskset -c 0`), each
 judge, window expiry and a whole evaluation on the state at the log's end, best of 5 x 2,000 calls: which
 judges an evaluation's cost is. `--in-replay` times the same parts during the replay, where the state moves
-between two evaluations: each judge, window expiry, the Judgements built anew and the whole evaluation, per
+between two evaluations: each judge, window expiry, the sayings kept anew and the whole evaluation, per
 evaluation (a judge costs more there than on the final state, and so does the evaluation). The default mode
 counts instructions, not seconds: the machine is shared (see instructions.py); it needs valgrind.
 """
@@ -27,16 +27,18 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from instructions import instructions  # noqa: E402  (bench/ is not a package)
 
-# analyze with an evaluation interval; prints how many evaluations ran (counted by wrapping Engine.evaluate)
+# analyze with an evaluation interval; prints how many evaluations ran (counted by wrapping Engine.judge, which
+# the replay calls, or Engine.evaluate in a checkout before it)
 CODE = """from exporter import engine
 from exporter.report.analyze import analyze
 from exporter.config import Config
 calls = [0]
-evaluate = engine.Engine.evaluate
+name = "judge" if hasattr(engine.Engine, "judge") else "evaluate"
+evaluate = getattr(engine.Engine, name)
 def counted(self, now):
     calls[0] += 1
     return evaluate(self, now)
-engine.Engine.evaluate = counted
+setattr(engine.Engine, name, counted)
 analyze([LOG], Config(evaluate_interval={interval}), progress=False)
 print(calls[0])
 """
@@ -119,7 +121,7 @@ def time_judges(a) -> int:
         return min(times) / 2000 * 1e6
 
     rows = [(best(lambda j=judge, p=p, w=window: j(st, p, e.sources, now, w)), sid)
-            for sid, _, judge, p, window, _ in e._evaluate._judging]
+            for sid, judge, p, window in e._evaluate._judging]
     judged = sum(us for us, _ in rows)
     rows += [(best(lambda: st.expire(now)), "(window expiry)"), (best(lambda: e.evaluate(now)), "(a whole evaluation)")]
     print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, profile {a.profile}")
@@ -131,7 +133,7 @@ def time_judges(a) -> int:
 
 
 def time_in_replay(a) -> int:
-    """Microseconds per evaluation of each judge, of window expiry, of the Judgements built anew (the changed
+    """Microseconds per evaluation of each judge, of window expiry, of the sayings kept anew (the changed
     ones) and of the whole evaluation, summed over the replay of the log (wall clock: pin it, `taskset -c 0`)."""
     import time
 
@@ -158,12 +160,12 @@ def time_in_replay(a) -> int:
             super().__init__(*args, **kw)
             ev = self._evaluate
             ev._plan = tuple((sid, sev, window, timed(sid, judge), p) for sid, sev, window, judge, p in ev._plan)
-            ev._take = timed("(Judgements built anew)", ev._take)
+            ev._take = timed("(sayings kept anew)", ev._take)
             self.state.expire = timed("(window expiry)", self.state.expire)
 
-        def evaluate(self, now):
+        def judge(self, now):       # (the replay's evaluations; the last one is evaluate(), which calls this)
             calls[0] += 1
-            return timed("(a whole evaluation)", super().evaluate)(now)
+            return timed("(a whole evaluation)", super().judge)(now)
 
     report.Engine = Timed       # type: ignore[misc]
     with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:

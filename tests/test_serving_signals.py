@@ -69,11 +69,11 @@ def test_admission_blocked_at_the_configured_cap_fires_and_below_it_does_not(rel
     assert unknown.firing is None and "--max-queued-requests not known" in unknown.detail
 
 
-def _log_judge(tmp_path, lines: list[str], at: float):
+def _log_judge(tmp_path, lines: list[str], at: float, config: Config | None = None):
     """Judgements at `at` after these log lines, read through the parser (each at its own timestamp)."""
     path = tmp_path / "sglang.log"
     path.write_text("\n".join(lines) + "\n")
-    eng = Engine(Config(profile="online"))
+    eng = Engine(config or Config(profile="online"))
     eng.set_sources(log_up=True)
     for ev in iter_file_events(str(path)):
         assert ev.ts is not None, ev
@@ -208,6 +208,18 @@ def test_a_start_up_slower_than_the_previous_ones_fires_from_the_log(tmp_path):
     assert _log_judge(tmp_path, steady, _ts("2026-03-03 09:11:00"))["startup_regression"].firing is False
     once = _log_judge(tmp_path, _start(1, 120, 40), _ts("2026-03-01 09:11:00"))["startup_regression"]
     assert once.firing is None and "nothing to compare" in once.detail
+
+
+def test_a_start_up_is_compared_with_the_median_of_history_before_it(tmp_path):
+    """The latest start-up against the median of the `history` ones before it: 420 s after 100 and 400 is slow
+    against their median (250 s), not against the one before (400 s)."""
+    lines = _start(1, 100, 40) + _start(2, 400, 40) + _start(3, 420, 40)
+    at = _ts("2026-03-03 09:11:00")
+    j = _log_judge(tmp_path, lines, at)["startup_regression"]
+    assert j.firing is True and "latest start-up took 420 s, the median of the 2 before 250 s" in j.detail, j
+    one = Config(profile="online", signals={"startup_regression": {"history": 1}})
+    j = _log_judge(tmp_path, lines, at, one)["startup_regression"]
+    assert j.firing is False and "the median of the 1 before 400 s" in j.detail, j
 
 
 # ------------------------------------------------------------------------------------- the simulator's demo

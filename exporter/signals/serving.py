@@ -189,14 +189,6 @@ def _median_ratio(state, now: float, window: float) -> tuple[float | None, float
     return quantile(0.5, delta), steps
 
 
-def _median(values: list) -> float:
-    """statistics.median of a non-empty list (the mean of the two middle values for an even count), without
-    importing statistics, which imports fractions, decimal and random for it at every start-up."""
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 _WHAT = {"startup": "start-up", "weight_load": "weight loading", "weight_update": "weight update"}
 
 
@@ -204,23 +196,18 @@ def _startup_regression(state, p, sources, now, window):
     if not (sources.log_up or sources.metrics_up):
         return None, None, "no live source"
     worst = None
-    seen = []
-    for kind in ("startup", "weight_load", "weight_update"):
-        items = state.durations.get(kind)
-        if not items:
+    for kind in _WHAT:      # (in this order: the first of equally bad ones is named)
+        compared = state.duration_baselines.get(kind)
+        if compared is None:
             continue
-        seen.append(f"{_WHAT[kind]}: {len(items)}")
-        if len(items) < 2:
-            continue
-        t_end, latest = items[-1]
-        before = [s for _, s in list(items)[-1 - int(p["history"]):-1]]
-        baseline = _median(before)
+        t_end, latest, baseline, n = compared
         ratio = latest / baseline if baseline > 0 else float("inf") if latest > 0 else 1.0
         recent = now - t_end <= window
         regressed = recent and latest >= p["factor"] * baseline and latest - baseline >= p["min_seconds"]
         if worst is None or (regressed, ratio) > (worst[0], worst[1]):
-            worst = (regressed, ratio, kind, latest, baseline, len(before))
+            worst = (regressed, ratio, kind, latest, baseline, n)
     if worst is None:
+        seen = [f"{_WHAT[kind]}: {len(state.durations[kind])}" for kind in _WHAT if state.durations.get(kind)]
         if not seen:
             return None, None, "no start-up seen (from the server_args line to the ready line, or on /metrics)"
         return None, None, ("only one of each seen ({}): nothing to compare with yet", ", ".join(seen))

@@ -37,6 +37,11 @@ class ServingFeed(StatePart):
         self._serving_last_t: float | None = None
         # durations: kind ("startup", "weight_load", "weight_update") -> deque of (t ended, seconds)
         self.durations: dict[str, deque] = {}
+        # kind -> (t ended, seconds, the median of the ones before, how many those are): the latest duration
+        # against its history (startup_regression's `history`), worked out when it is added; kinds with two or
+        # more durations only
+        self.duration_baselines: dict[str, tuple] = {}
+        self._duration_history = int((params.get("startup_regression") or {}).get("history", 0))
         self._startup_began: float | None = None
         self._weight_began: dict[str, float] = {}
         self._weight_seconds: float | None = None
@@ -98,7 +103,11 @@ class ServingFeed(StatePart):
     def _add_duration(self, kind: str, now: float, seconds: float) -> None:
         if not math.isfinite(seconds) or seconds < 0:
             return
-        self.durations.setdefault(kind, deque(maxlen=MAX_DURATIONS)).append((now, seconds))
+        items = self.durations.setdefault(kind, deque(maxlen=MAX_DURATIONS))
+        items.append((now, seconds))
+        if len(items) >= 2:
+            before = [s for _, s in list(items)[-1 - self._duration_history:-1]]
+            self.duration_baselines[kind] = (now, seconds, _median(before), len(before))
 
     # ---------------------------------------------------------------------------------------------- scrapes
     def serving_scrape(self, scrape, now: float) -> None:
@@ -215,3 +224,11 @@ def _rank_text(labels: dict) -> str:
     parts = [f"{tag}{labels[key]}" for tag, key in (("DP", "dp_rank"), ("TP", "tp_rank"), ("PP", "pp_rank"))
              if labels.get(key) not in (None, "")]
     return " ".join(parts)
+
+
+def _median(values: list) -> float:
+    """statistics.median of a non-empty list (the mean of the two middle values for an even count), without
+    importing statistics, which imports fractions, decimal and random for it at every start-up."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
