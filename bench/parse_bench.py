@@ -80,7 +80,9 @@ def run_measured(argv, stdout_path=None, env=None, timeout=3600):
         cmd = ([TIME, "-o", time_path, "-f", "%x %U %S %M"] if TIME else []) + list(argv)
         with open(err_path, "wb") as err_f:
             t0 = time.perf_counter()
-            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f, env=env, cwd=REPO)
+            # (not in the checkout: `python -m exporter` would import the exporter/ of its working directory
+            # before PYTHONPATH's compiled copy)
+            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f, env=env, cwd=td)
             try:
                 p.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -227,7 +229,7 @@ def main(argv=None) -> int:
     env["PYTHONPATH"] = str(pkg) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         if a.file:
-            log = Path(a.file)
+            log = Path(a.file).resolve()
         else:
             if a.keep:
                 (BENCH / "out").mkdir(exist_ok=True)

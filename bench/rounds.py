@@ -27,10 +27,10 @@ sys.path.insert(0, str(HERE))
 from parse_bench import compiled_copy, mtail_program  # noqa: E402  (bench/ is not a package)
 
 
-def cpu_seconds(argv: list[str], env: dict | None = None) -> float:
+def cpu_seconds(argv: list[str], env: dict | None = None, cwd: Path | None = None) -> float:
     """user + sys CPU seconds of running argv to completion (stdout and stderr discarded)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd, check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -59,8 +59,10 @@ def main(argv=None) -> int:
             cpu["mtail"].append(cpu_seconds(mtail))
             for name, tree in trees.items():
                 env = {**os.environ, "PYTHONPATH": str(tree)}
+                # run in the copy: `python -m` puts the working directory first on sys.path, so from a checkout's
+                # root both contestants would import that checkout's exporter/
                 cpu[name].append(cpu_seconds([*pin, a.python, "-m", "exporter", "analyze", "--format", "json",
-                                              a.file], env))
+                                              str(Path(a.file).resolve())], env, cwd=tree))
             print(f"round {r}: mtail {cpu['mtail'][-1]:.2f} s, before {cpu['before'][-1]:.2f} s, "
                   f"after {cpu['after'][-1]:.2f} s", file=sys.stderr)
     print(f"{a.file}, {a.rounds} rounds, {a.python}, pinned to CPU {a.cpu}; CPU s (user+sys):\n")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +219,22 @@ def test_rounds_compares_two_checkouts_with_mtail_in_each_round(tmp_path):
     assert set(rows) >= {"mtail", "before", "after"}
     assert rows["before"].rstrip(" |").endswith("x") and rows["after"].rstrip(" |").endswith("x")
     assert out.stderr.count("round ") == 2
+
+
+def test_rounds_runs_each_checkouts_own_code_from_the_repository_root(tmp_path):
+    """Started from a checkout's root (as bench/README says), each contestant still imports its own tree: a
+    checkout whose analyze fails makes the run fail, not pass on the root's exporter/."""
+    require_tool("mtail")
+    _gen(tmp_path, "g.log", 300, 3)
+    root = BENCH.parent
+    broken = tmp_path / "broken"
+    shutil.copytree(root / "exporter", broken / "exporter", ignore=shutil.ignore_patterns("__pycache__"))
+    (broken / "exporter" / "__main__.py").write_text("raise SystemExit(3)\n")
+    out = subprocess.run([sys.executable, str(BENCH / "rounds.py"), "--file", str(tmp_path / "g.log"),
+                          "--rounds", "1", str(root), str(broken)], capture_output=True, text=True, timeout=300,
+                         cwd=root)
+    assert out.returncode != 0 and "returned non-zero exit status 3" in out.stderr, out.stderr[-2000:]
+    # and a log named relative to where it was started
+    good = subprocess.run([sys.executable, str(BENCH / "rounds.py"), "--file", "g.log", "--rounds", "1",
+                           str(root), str(root)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert good.returncode == 0, good.stderr[-2000:]
