@@ -12,7 +12,7 @@ from exporter.config import Config
 from exporter.engine import Engine
 from exporter.ingest.pipeline import iter_file_events
 from exporter.signals.advice import reconcile
-from exporter.signals.judgement import _JUDGES, Judgement, Sources, evaluate, judgement, observed_window
+from exporter.signals.judgement import _JUDGES, Judgement, Sources, _judgement, evaluate, observed_window
 from exporter.simulate import Simulator, load_scenario
 from exporter.state import ServerState
 
@@ -142,7 +142,7 @@ def test_expire_drops_what_every_window_drops():
 def test_a_judges_template_detail_is_formatted_into_its_judgement():
     """A judge's (template, *args) detail is compared as said and formatted when its Judgement is built."""
     said = (True, 3.0, ("no progress for {:.0f} s", 3.0))
-    j = judgement("stalled", "critical", said)
+    j = _judgement("stalled", "critical", said)
     assert j == Judgement("stalled", "critical", True, 3.0, "no progress for 3 s")
     assert Judgement("stalled", "critical", None, None).detail == ""
     with pytest.raises(AttributeError):     # a Judgement is a value: nobody changes a kept one

@@ -117,7 +117,7 @@ class Evaluator:
         """Every signal's Judgement of the last `judge`, in catalog order (a new dict: the caller keeps it)."""
         built = self._built
         for sid in self._unbuilt:
-            built[sid] = judgement(sid, self._severity[sid], self.said[sid])
+            built[sid] = _judgement(sid, self._severity[sid], self.said[sid])
         self._unbuilt.clear()
         return {sid: built[sid] for sid in self.said}
 
@@ -152,7 +152,7 @@ class Evaluator:
         return said  # type: ignore[return-value]  # (False only before the store above)
 
 
-def judgement(sid: str, severity: str, said: tuple) -> Judgement:
+def _judgement(sid: str, severity: str, said: tuple) -> Judgement:
     """The Judgement of what a signal's judge said (a template detail is formatted here)."""
     firing, value, detail = said[:3]
     if detail.__class__ is not str:
