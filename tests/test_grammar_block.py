@@ -1,6 +1,8 @@
 """The parser's block path (grammar/block.py) against the generic path, on the lines its shortcuts are for."""
 from __future__ import annotations
 
+import json
+
 from helpers import assert_block_path_is_generic
 
 
@@ -28,3 +30,30 @@ def test_block_path_shortcuts_give_the_generic_paths_answers():
         fast, _ = assert_block_path_is_generic(lines, block, "sc")
         assert fast.unparsed["value_out_of_range"] == 8
     assert fast._layout_len < 300 and len(lines[2 * 0 + 6 + 2]) > 600   # the longest request log had no skeleton
+
+
+def test_json_request_logs_are_rows_known_by_their_head_up_to_the_event():
+    """--log-requests-format json lines (0.5.8+: behind SGLang's "[time] " prefix) are request logs by their event,
+    the key SGLang writes after the timestamp: the block path reads them as rows by their head up to it, and
+    gives the generic path's Events (the timestamp with and without microseconds, the OpenAI variant); a line
+    whose event is another one is no request log, whatever its user text says."""
+    def dec(s):
+        return (f"[2025-08-11 17:17:0{s} TP0] Decode batch, #running-req: 12, #token: 1000, token usage: 0.50, "
+                "cuda graph: True, gen throughput (token/s): 100.25, #queue-req: 0")
+
+    def req(s, event, text="hi", micro=".587228"):
+        obj = json.dumps({"text": text, "sampling_params": {"max_new_tokens": 8}})
+        return (f'[2025-08-11 17:17:0{s}] {{"timestamp": "2025-08-11T17:17:0{s}{micro}", "event": "{event}", '
+                f'"rid": "cc22af58be6{s}", "obj": {obj}}}')
+
+    lines = []
+    for s in range(4):
+        lines += [dec(s), req(s, "request.received"), req(s, "request.finished", "done"),
+                  req(s, "request.received.openai"), req(s, "request.received", micro=""),
+                  req(s, "request.aborted", 'say "event": "request.received"'), dec(s)]
+    for block in (1, 3, len(lines)):
+        fast, _ = assert_block_path_is_generic(lines, block, "json")
+        assert fast.kinds["request_log"] == 4 * 4          # all but the aborted ones
+    fast.feed_items(lines, 1)       # (a block read before the first batch shape is learned learns no head)
+    rows = [item for item in fast.feed_items(lines, 1) if item.__class__ is tuple]
+    assert sum(row[0].kind == "request_log" for row in rows) == 4 * 4

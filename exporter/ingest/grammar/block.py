@@ -21,7 +21,7 @@ from exporter.ingest.grammar.layouts import (
     custom_spans,
     layout_of_match,
 )
-from exporter.ingest.grammar.patterns import _ACCESS
+from exporter.ingest.grammar.patterns import _ACCESS, _JSON_REQUEST_HEAD
 
 MAX_CUSTOM_COUNTERS = 256   # row counters of custom layouts per source (when full they are folded in)
 
@@ -193,6 +193,10 @@ def _learn_event_layout(p: Scanning, text: str, lineno: int, skeleton: bytes | N
             _store(p, skeleton, _entry(_EventLayout(tally, p.source, *where, access), text), text)
     elif text.startswith(("Receive: ", "Finish: "), m.end()) and m.end() + len("Receive: ") <= HEAD_CHARS:
         _learn_head(p, text, HEAD_CHARS, _EventLayout(tally, p.source, *where))
+    else:
+        head = _JSON_REQUEST_HEAD.match(text, m.end())      # --log-requests-format json: known up to its event
+        if head is not None:
+            _learn_head(p, text, head.end(), _EventLayout(tally, p.source, *where))
 
 def _learn_head(p: Scanning, text: str, chars: int, layout: _EventLayout) -> None:
     """Read the next request logs whose first `chars` characters have the skeleton of `text`'s by `layout`."""

@@ -144,7 +144,9 @@ class _EventLayout:
     - --log-requests lines (`Receive: obj=...` / `Finish: obj=...`, 400-900 characters, a hex rid that makes
       every skeleton new): by the skeleton of their first HEAD_CHARS characters, which hold the whole prefix and
       the message's first word, and only without a NUL byte (the generic path calls those binary); the rid
-      is searched for when the Event is built, as the generic path searches for it.
+      is searched for when the Event is built, as the generic path searches for it. A JSON one
+      (`{"timestamp": "...", "event": "request.received", ...}`, --log-requests-format json) by its head up to
+      the event (patterns._JSON_REQUEST_HEAD), which is what makes the generic path call it a request log.
     Dated prefixes only (a time-only prefix's day count is the generic path's state), and learned on the block
     path, which starts with a source's first learned batch shape."""
     __slots__ = ("shape", "kind", "source", "dt", "frac", "rank", "msg", "phase", "groups", "post_status")
@@ -160,7 +162,7 @@ class _EventLayout:
         `msg` where its message starts, `access`: the access line's _ACCESS match (None: a request log)."""
         self.shape, self.kind, self.source = tally, tally.kind, source
         self.dt, self.frac, self.rank, self.msg = dt, frac, rank, msg
-        self.phase = request_phase(text[msg:msg + 16]) if access is None else None
+        self.phase = request_phase(text[msg:]) if access is None else None
         self.groups = None if access is None else operator.itemgetter(*(slice(*access.span(k)) for k in range(1, 5)))
         # An access line's method is letters, the same in every line of its skeleton: the state reads a POST's
         # status (an inference response's) from this slice and only counts the others (None), without `fields`
