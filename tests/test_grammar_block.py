@@ -57,3 +57,34 @@ def test_json_request_logs_are_rows_known_by_their_head_up_to_the_event():
     fast.feed_items(lines, 1)       # (a block read before the first batch shape is learned learns no head)
     rows = [item for item in fast.feed_items(lines, 1) if item.__class__ is tuple]
     assert sum(row[0].kind == "request_log" for row in rows) == 4 * 4
+
+
+def test_request_logs_of_every_form_are_rows_behind_either_prefix():
+    """Text request logs ("Receive: ", "Finish: ", 0.5.8+'s "Receive OpenAI: ", 0.3.0-0.4.0's "in=Name(") and
+    JSON ones, behind SGLang's prefix and behind a custom logging config's: each form's head is learned, so the
+    second sight of it is a row, and the rows give the generic path's Events."""
+    def dec(s, custom):
+        head = f"2025-08-11 17:17:0{s} INFO 7 [TP0 scheduler.py:1] " if custom else f"[2025-08-11 17:17:0{s} TP0] "
+        return (head + "Decode batch, #running-req: 12, #token: 1000, token usage: 0.50, cuda graph: True, "
+                "gen throughput (token/s): 100.25, #queue-req: 0")
+
+    def reqs(s, custom):
+        head = f"2025-08-11 17:17:0{s} INFO 7 [tokenizer_manager.py:1] " if custom else f"[2025-08-11 17:17:0{s}] "
+        obj = json.dumps({"text": "hi"})
+        return [head + f"Receive: obj=GenerateReqInput(rid='a{s}', text='hi')",
+                head + f"Finish: obj=GenerateReqInput(rid='a{s}'), out={{'text': 'yo'}}",
+                head + f"Receive OpenAI: obj=ChatCompletionRequest(rid='b{s}', messages=[])",
+                head + f"in=GenerateReqInput(rid='c{s}', text='hi'), out={{'text': 'yo'}}",
+                head + f'{{"timestamp": "2025-08-11T17:17:0{s}.5", "event": "request.received", "rid": "d{s}", '
+                       f'"obj": {obj}}}']
+
+    for custom in (False, True):
+        lines = []
+        for s in range(4):
+            lines += [dec(s, custom), *reqs(s, custom), dec(s, custom)]
+        for block in (1, 4, len(lines)):
+            fast, _ = assert_block_path_is_generic(lines, block, "forms")
+            assert fast.kinds["request_log"] == 4 * 5, custom
+        fast.feed_items(lines, 1)
+        rows = [item for item in fast.feed_items(lines, 1) if item.__class__ is tuple]
+        assert sum(row[0].kind == "request_log" for row in rows) == 4 * 5, custom

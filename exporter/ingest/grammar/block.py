@@ -21,7 +21,7 @@ from exporter.ingest.grammar.layouts import (
     custom_spans,
     layout_of_match,
 )
-from exporter.ingest.grammar.patterns import _ACCESS, _JSON_REQUEST_HEAD
+from exporter.ingest.grammar.patterns import _ACCESS, _IN_OUT, _JSON_REQUEST_HEAD
 
 MAX_CUSTOM_COUNTERS = 256   # row counters of custom layouts per source (when full they are folded in)
 
@@ -191,12 +191,20 @@ def _learn_event_layout(p: Scanning, text: str, lineno: int, skeleton: bytes | N
         access = _ACCESS.match(text, m.end())
         if skeleton is not None and access is not None:
             _store(p, skeleton, _entry(_EventLayout(tally, p.source, *where, access), text), text)
-    elif text.startswith(("Receive: ", "Finish: "), m.end()) and m.end() + len("Receive: ") <= HEAD_CHARS:
-        _learn_head(p, text, HEAD_CHARS, _EventLayout(tally, p.source, *where))
     else:
-        head = _JSON_REQUEST_HEAD.match(text, m.end())      # --log-requests-format json: known up to its event
-        if head is not None:
-            _learn_head(p, text, head.end(), _EventLayout(tally, p.source, *where))
+        decided = _request_decided(text, m.end(), ("Receive: ", "Finish: ", "Receive OpenAI: "))
+        if decided is not None:
+            _learn_head(p, text, max(HEAD_CHARS, decided), _EventLayout(tally, p.source, *where))
+
+def _request_decided(text: str, at: int, words: tuple) -> int | None:
+    """Where what makes the message at `at` a request log ends (patterns.request_phase; behind a custom prefix
+    the message anchor's words too): one of `words`, `in=Name(` (0.3.0-0.4.0) or, --log-requests-format json,
+    the event; None when it is none of them. A request log's head holds this much at least."""
+    for word in words:
+        if text.startswith(word, at):
+            return at + len(word)
+    m = _IN_OUT.match(text, at) or _JSON_REQUEST_HEAD.match(text, at)
+    return None if m is None else m.end()
 
 def _learn_head(p: Scanning, text: str, chars: int, layout: _EventLayout) -> None:
     """Read the next request logs whose first `chars` characters have the skeleton of `text`'s by `layout`."""
@@ -253,9 +261,10 @@ def _learn_custom_layout(p: Scanning, text: str, found: tuple, ev: Event) -> Non
             layout = CustomEventLayout(counter, p.source, text, dt, frac, rank, start, access, level, pid) \
                 if level or pid else _EventLayout(counter, p.source, text, dt, frac, rank, start, access)
         _store(p, skeleton, _entry(layout, text), text)
-    elif text[:1] != "[" and text.startswith(("Receive: obj=", "Finish: obj="), start):
+    elif text[:1] != "[" and (decided := _request_decided(text, start, ("Receive: obj=", "Finish: obj=",
+                                                                        "Receive OpenAI: obj="))) is not None:
         # (a prefix that starts with "[" is first read as SGLang's own by the generic path: not by its head)
-        _learn_head(p, text, start + len("Receive: obj="),
+        _learn_head(p, text, decided,
                          CustomEventLayout(counter, p.source, text, dt, frac, rank, start, None, level, pid)
                          if level or pid else _EventLayout(counter, p.source, text, dt, frac, rank, start))
 
