@@ -29,13 +29,28 @@ class SourceParser:
         self.bytes += sum(map(len, texts)) + len(texts)
         out: list[Event] = []
         i, n = 0, len(texts)
+        records = []
         while i < n and self.decoder.format != "plain":    # until detected, and for every line of CRI/docker
             rec = self.decoder.feed(block.first + i, texts[i])
             if rec is not None:
-                out += self.parser.feed(rec.text, rec.lineno, rec.time)
+                records.append(rec)
             i += 1
+        if records:
+            out += self._feed_records(records)
         if i < n:
             out += self.parser.feed_items(texts[i:] if i else texts, block.first + i)
+        return out
+
+    def _feed_records(self, records: list) -> list:
+        """Container records to the parser's block path, each run of records on consecutive lines at once (a
+        record joined from partial lines leaves a gap: its later pieces made none)."""
+        out: list = []
+        start = 0
+        for k in range(1, len(records) + 1):
+            if k == len(records) or records[k].lineno != records[k - 1].lineno + 1:
+                run = records[start:k]
+                out += self.parser.feed_items([r.text for r in run], run[0].lineno, [r.time for r in run])
+                start = k
         return out
 
     def flush(self) -> list[Event]:

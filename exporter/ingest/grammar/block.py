@@ -22,6 +22,7 @@ from exporter.ingest.grammar.layouts import (
     layout_of_match,
 )
 from exporter.ingest.grammar.patterns import _ACCESS, _IN_OUT, _JSON_REQUEST_HEAD
+from exporter.ingest.grammar.values import _container_ts
 
 MAX_CUSTOM_COUNTERS = 256   # row counters of custom layouts per source (when full they are folded in)
 
@@ -30,14 +31,16 @@ if TYPE_CHECKING:      # (the parser calls these with itself: they see it as sca
 
 
 
-def feed_items(p: Scanning, texts: list[str], first: int) -> list:
+def feed_items(p: Scanning, texts: list[str], first: int, times: list | None = None) -> list:
     """`feed_lines`, except that a line of a learned layout stays a Row (events.py): the block path
     of `analyze`, `parse` and `serve`, where most lines are batch lines and Event objects would cost more
-    than reading them."""
+    than reading them. `times`: container records' own times, one per text, for what the generic path reads
+    with them (a line without a date of its own; a learned layout's line, whose own date it reads, needs none
+    unless the date is not one)."""
     out: list = []
     if not p._shapes:
         for lineno, text in enumerate(texts, first):
-            p._feed_safely(text, lineno, out, None)
+            p._feed_safely(text, lineno, out, None, times[lineno - first] if times is not None else None)
         return out
     layouts, heads, rank_cache, head_lens = p._layouts, p._heads, p._rank_cache, p._head_lens
     sh: Any
@@ -103,7 +106,7 @@ def feed_items(p: Scanning, texts: list[str], first: int) -> list:
                     if last_shape is not None:  # (which may read the counts)
                         last_shape.count += lineno - run_start
                     n = len(out)
-                    p._feed_safely(text, lineno, out, m)
+                    p._feed_safely(text, lineno, out, m, times[lineno - first] if times is not None else None)
                     last_shape = None           # it may have set the format family, or learned a shape
                     if len(out) > n:
                         found = p._found
@@ -141,7 +144,11 @@ def feed_items(p: Scanning, texts: list[str], first: int) -> list:
                 p.format_family = sh.family or p._family(sh.sep, sh.has_iter, sh.trailing,
                                                                sh.has_graph, False, False)
         if fs is None or last_ts is None:
-            append((layout, text, last_ts, last_iso, rank, lineno))
+            if last_ts is None and times is not None and times[lineno - first] is not None:
+                # a date the calendar lacks: the container's time, as the generic path takes it
+                append((layout, text, _container_ts(times[lineno - first]), times[lineno - first], rank, lineno))
+            else:
+                append((layout, text, last_ts, last_iso, rank, lineno))
         else:
             frac = text[fs]
             if frac != last_frac:

@@ -115,17 +115,18 @@ class Parser:
             self.unparsed["malformed"] += 1
         return out
 
-    def feed_items(self, texts: list[str], first: int) -> list:
-        """`feed_lines`, except that a line of a learned layout stays a Row (events.py): see block.py."""
-        return block.feed_items(self, texts, first)
+    def feed_items(self, texts: list[str], first: int, times: list | None = None) -> list:
+        """`feed_lines`, except that a line of a learned layout stays a Row (events.py): see block.py. `times`:
+        the container records' own times, one per text (what `feed` takes as `container_time`)."""
+        return block.feed_items(self, texts, first, times)
 
     def feed_lines(self, texts: list[str], first: int) -> list[Event]:
         """Consecutive lines of a plain-text source (line `first` first) -> the Events they complete."""
         return list(map(as_event, self.feed_items(texts, first)))
 
-    def _feed_safely(self, text: str, lineno: int, out: list, m) -> None:
+    def _feed_safely(self, text: str, lineno: int, out: list, m, container_time: str | None = None) -> None:
         try:
-            self._feed(text, lineno, None, out, m)
+            self._feed(text, lineno, container_time, out, m)
         except Exception:  # noqa: BLE001 - as in feed()
             self._pending = None
             self.unparsed["malformed"] += 1

@@ -1,0 +1,99 @@
+"""Container records (CRI, docker json-file) go through the parser's block path, a run of records on consecutive
+lines at a time: the Events are what feeding each record to the parser on its own gives, container times
+included (a line without a date of its own takes its record's time)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import assert_same_event
+
+from exporter.ingest.containers import ContainerDecoder
+from exporter.ingest.events import as_event
+from exporter.ingest.grammar import Parser
+from exporter.ingest.lines import Block
+from exporter.ingest.pipeline import SourceParser
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYOUTS = ROOT / "tests" / "fixtures" / "layouts"
+sys.path.insert(0, str(ROOT / "bench"))
+import genlog  # noqa: E402  (bench/ is not a package)
+
+DECODE = ("Decode batch, #running-req: 12, #token: 1000, token usage: 0.50, cuda graph: True, "
+          "gen throughput (token/s): 100.25, #queue-req: 0")
+# what a container time changes: time-only prefixes (0.3.0-0.3.3), lines without a prefix, a learned layout's
+# line whose date is none, a traceback's lines
+EDGES = [f"[2025-08-11 17:17:0{s} TP0] {DECODE}" for s in range(3)] + [
+    f"[17:17:05 TP0] {DECODE}", f"[17:17:06 TP1] {DECODE}",
+    f"[2025-13-45 17:17:07 TP0] {DECODE}", f"[2025-08-11 17:17:08 TP0] {DECODE}",
+    "[2025-08-11 17:17:09] Error in request: boom", "Traceback (most recent call last):",
+    '  File "/x/y.py", line 3, in f', "ValueError: boom",
+    "bare line", f"[2025-08-11 17:17:10 TP0] {DECODE}"] * 3
+
+
+def _wrap(lines: list[str], fmt: str) -> list[str]:
+    """`lines` as a container runtime writes them, every time a different one, every fifth line in two pieces."""
+    out = []
+    for i, text in enumerate(lines):
+        ts = f"2025-08-12T09:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}000000Z"
+        pieces = [text[:len(text) // 2], text[len(text) // 2:]] if i % 5 == 4 and len(text) > 1 else [text]
+        for k, piece in enumerate(pieces):
+            last = k == len(pieces) - 1
+            if fmt == "cri":
+                out.append(f"{ts} stderr {'F' if last else 'P'} {piece}")
+            else:
+                out.append(json.dumps({"log": piece + ("\n" if last else ""), "stream": "stderr", "time": ts}))
+    return out
+
+
+def _one_by_one(lines: list[str]):
+    """What the pipeline gave before: each container record fed to the parser on its own."""
+    dec, parser = ContainerDecoder("auto"), Parser("src")
+    out = []
+    for n, text in enumerate(lines, 1):
+        rec = dec.feed(n, text)
+        if rec is not None:
+            out += parser.feed(rec.text, rec.lineno, rec.time)
+    while (rec := dec.flush()) is not None:
+        out += parser.feed(rec.text, rec.lineno, rec.time)
+    return out + parser.flush(), parser
+
+
+def _logs() -> list[tuple[str, list[str]]]:
+    return [(p.name, p.read_text().splitlines()) for p in sorted(LAYOUTS.glob("*.log"))
+            if not p.name.startswith(("cri_", "docker_"))] + [("edges", EDGES)]
+
+
+def _check(name: str, wrapped: list[str]) -> None:
+    want, ref = _one_by_one(wrapped)
+    for block in (1, 7, len(wrapped)):
+        sp = SourceParser("src")
+        got = []
+        for i in range(0, len(wrapped), block):
+            got += map(as_event, sp.feed_block_items(Block("src", i + 1, wrapped[i:i + block])))
+        got += map(as_event, sp.flush())
+        assert len(got) == len(want), (name, block)
+        for a, b in zip(want, got):
+            assert_same_event(a, b)
+        p = sp.parser
+        assert (p.kinds, p.recognised, p.unparsed) == (ref.kinds, ref.recognised, ref.unparsed), (name, block)
+
+
+@pytest.mark.parametrize("fmt", ["cri", "docker"])
+@pytest.mark.parametrize("name,lines", _logs(), ids=[name for name, _ in _logs()])
+def test_container_records_in_runs_give_what_each_record_alone_gives(name, lines, fmt):
+    _check(name, _wrap(lines, fmt))
+
+
+@pytest.mark.parametrize("fmt", ["cri", "docker"])
+def test_a_realistic_log_in_a_container_gives_what_each_record_alone_gives(tmp_path, fmt):
+    log = tmp_path / "realistic.log"
+    genlog.write(4000, str(log), seed=1, profile="realistic")
+    _check("realistic", _wrap(log.read_text().splitlines(), fmt))
+
+
+@pytest.mark.parametrize("name", ["cri_custom.log", "docker_custom.log"])
+def test_the_wrapped_fixtures_give_what_each_record_alone_gives(name):
+    _check(name, (LAYOUTS / name).read_text().splitlines())
