@@ -238,3 +238,37 @@ def test_rounds_runs_each_checkouts_own_code_from_the_repository_root(tmp_path):
     good = subprocess.run([sys.executable, str(BENCH / "rounds.py"), "--file", "g.log", "--rounds", "1",
                            str(root), str(root)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert good.returncode == 0, good.stderr[-2000:]
+
+
+def test_each_variant_of_a_realistic_log_reads_as_the_same_log(tmp_path):
+    """bench/variants.py changes one property of a log (request-log format, container wrapping, characters,
+    timestamps): the exporter still finds the same batch lines and request logs in each, so a variant's time
+    is that property's cost."""
+    import variants
+
+    from exporter.ingest.events import as_event
+    from exporter.ingest.pipeline import iter_file_items
+
+    src = tmp_path / "real.log"
+    genlog.write(6000, str(src), seed=1, profile="realistic")
+
+    def kinds(path):
+        out: dict = {}
+        for item in iter_file_items(str(path)):
+            kind = as_event(item).kind
+            out[kind] = out.get(kind, 0) + 1
+        return out
+    want = kinds(src)
+    assert want["request_log"] > 100 and want["decode_batch"] > 1000
+    for how in variants.VARIANTS:
+        out = tmp_path / f"{how}.log"
+        subprocess.run([sys.executable, str(BENCH / "variants.py"), str(src), str(out), "--as", how],
+                       check=True, capture_output=True, timeout=120)
+        text = out.read_text(encoding="utf-8")
+        assert text.count("\n") == 6000, how
+        got = kinds(out)
+        for kind in ("decode_batch", "prefill_batch", "request_log", "retraction"):
+            assert got.get(kind) == want.get(kind), (how, kind)
+    assert '"event": "request.received"' in (tmp_path / "json.log").read_text()
+    assert "Receive OpenAI: obj=" in (tmp_path / "openai.log").read_text()
+    assert "中文" in (tmp_path / "cjk.log").read_text(encoding="utf-8")
