@@ -90,12 +90,11 @@ class Engine:
         st.expire(now)
         evaluator = self._evaluate
         evaluator.judge(st, self.sources, now)
-        said = evaluator.said
         for sid in evaluator.changed:    # a signal that said the same again was tracked already
-            firing, value = said[sid][:2]
-            self._track(sid, firing, value, now)
-            if firing and sid in FAILURE_IDS and len(said[sid]) > 3 and said[sid][3] is not None:
-                self._failure(sid, said[sid][3], now)
+            said = evaluator.said[sid]
+            self._track(sid, said[0], said[1], now)
+            if said[0] and sid in FAILURE_IDS and len(said) > 3 and said[3] is not None:
+                self._failure(sid, said[3], now)
 
     def evaluate(self, now: float) -> Snapshot:
         """`judge`, and the snapshot of it: every signal's Judgement and (when `advise`) the advice."""

@@ -27,6 +27,7 @@ from exporter.catalog.metrics import (  # noqa: F401 - re-exported
     signal_value_unit,
 )
 from exporter.catalog.model import (  # noqa: F401 - re-exported
+    COUNT_PARAMS,
     DEFAULT_PROFILE,
     GIB,
     NS,
@@ -56,6 +57,7 @@ from exporter.catalog.tuning import TUNING_SIGNALS
 SIGNALS: tuple[Signal, ...] = (CORE_SIGNALS + TUNING_SIGNALS + ERROR_SIGNALS + FAILURE_SIGNALS
                               + SERVING_SIGNALS)
 SIGNALS_BY_ID = {s.id: s for s in SIGNALS}
+assert {k for s in SIGNALS for k in s.defaults} >= COUNT_PARAMS, "a count parameter no signal has"
 FAILURE_IDS = tuple(s.id for s in SIGNALS if s.failure)
 
 

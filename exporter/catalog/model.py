@@ -54,6 +54,11 @@ class AlertSpec:
     page: bool           # True: pages a human (critical route); False: a ticket
 
 
+# threshold parameters that count what a judge needs before it judges (the configuration wants whole numbers
+# of at least 1: 0 would judge an empty window, a share of none)
+COUNT_PARAMS = frozenset(("min_samples", "min_requests", "min_events", "history"))
+
+
 @dataclass(frozen=True)
 class Signal:
     id: str

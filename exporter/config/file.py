@@ -122,10 +122,6 @@ def _load_file(path: str, problems: _Problems | None = None) -> tuple[dict, dict
     return out, {key: problems.where(key) for key in out}
 
 
-# thresholds that count things a judge needs before it judges: 0 would judge an empty window (a share of none)
-COUNT_PARAMS = frozenset(("min_samples", "min_requests", "min_events", "history"))
-
-
 def _signals(value, problems: _Problems) -> dict:
     if not isinstance(value, dict):
         raise ConfigError(f"{problems.where('signals')}: expected a mapping of signal id to thresholds")
@@ -152,7 +148,7 @@ def _signals(value, problems: _Problems) -> dict:
             elif not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
                 problems.add(ConfigError(f"{where}: expected a non-negative number, got {v!r}"))
                 continue
-            elif param in COUNT_PARAMS and (v < 1 or v != int(v)):
+            elif param in catalog.COUNT_PARAMS and (v < 1 or v != int(v)):
                 problems.add(ConfigError(f"{where}: expected a whole number of at least 1, got {v!r}"))
                 continue
             clean[param] = v

@@ -21,9 +21,12 @@ from exporter.ingest.grammar.layouts import (
     custom_spans,
     layout_of_match,
 )
-from exporter.ingest.grammar.patterns import _ACCESS, _IN_OUT, _JSON_REQUEST_HEAD
+from exporter.ingest.grammar.patterns import _ACCESS, REQUEST_WORDS, request_decided
 from exporter.ingest.grammar.values import _container_ts
 
+# behind a custom prefix a text request log is found by its message anchor (patterns._ANCHOR), which wants
+# "obj=" after the first words: its head holds that too
+_ANCHORED_REQUEST_WORDS = tuple(word + "obj=" for word in REQUEST_WORDS)
 MAX_CUSTOM_COUNTERS = 256   # row counters of custom layouts per source (when full they are folded in)
 
 if TYPE_CHECKING:      # (the parser calls these with itself: they see it as scanning.py describes it)
@@ -199,19 +202,9 @@ def _learn_event_layout(p: Scanning, text: str, lineno: int, skeleton: bytes | N
         if skeleton is not None and access is not None:
             _store(p, skeleton, _entry(_EventLayout(tally, p.source, *where, access), text), text)
     else:
-        decided = _request_decided(text, m.end(), ("Receive: ", "Finish: ", "Receive OpenAI: "))
+        decided = request_decided(text, m.end())
         if decided is not None:
             _learn_head(p, text, max(HEAD_CHARS, decided), _EventLayout(tally, p.source, *where))
-
-def _request_decided(text: str, at: int, words: tuple) -> int | None:
-    """Where what makes the message at `at` a request log ends (patterns.request_phase; behind a custom prefix
-    the message anchor's words too): one of `words`, `in=Name(` (0.3.0-0.4.0) or, --log-requests-format json,
-    the event; None when it is none of them. A request log's head holds this much at least."""
-    for word in words:
-        if text.startswith(word, at):
-            return at + len(word)
-    m = _IN_OUT.match(text, at) or _JSON_REQUEST_HEAD.match(text, at)
-    return None if m is None else m.end()
 
 def _learn_head(p: Scanning, text: str, chars: int, layout: _EventLayout) -> None:
     """Read the next request logs whose first `chars` characters have the skeleton of `text`'s by `layout`."""
@@ -268,8 +261,7 @@ def _learn_custom_layout(p: Scanning, text: str, found: tuple, ev: Event) -> Non
             layout = CustomEventLayout(counter, p.source, text, dt, frac, rank, start, access, level, pid) \
                 if level or pid else _EventLayout(counter, p.source, text, dt, frac, rank, start, access)
         _store(p, skeleton, _entry(layout, text), text)
-    elif text[:1] != "[" and (decided := _request_decided(text, start, ("Receive: obj=", "Finish: obj=",
-                                                                        "Receive OpenAI: obj="))) is not None:
+    elif text[:1] != "[" and (decided := request_decided(text, start, _ANCHORED_REQUEST_WORDS)) is not None:
         # (a prefix that starts with "[" is first read as SGLang's own by the generic path: not by its head)
         _learn_head(p, text, decided,
                          CustomEventLayout(counter, p.source, text, dt, frac, rank, start, None, level, pid)

@@ -105,14 +105,19 @@ _UNIT_BYTES = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": GIB, "TiB": 1024 **
 _MAX_RECORD_LINES = 2000  # continuation lines scanned per multi-line record; more are still absorbed
 
 
+_RECEIVE_WORDS = ("Receive: ", "Receive OpenAI: ")     # a text request log's first words (the second: 0.5.8+)
+_FINISH_WORD = "Finish: "
+REQUEST_WORDS = (*_RECEIVE_WORDS, _FINISH_WORD)
+
+
 def request_phase(msg: str) -> str | None:
     """"receive" / "finish" when an SGLang message (what follows its prefix) is a request log, else None."""
     c = msg[:1]
     if c == "R":
-        if msg.startswith(("Receive: ", "Receive OpenAI: ")):
+        if msg.startswith(_RECEIVE_WORDS):
             return "receive"
     elif c == "F":
-        if msg.startswith("Finish: "):
+        if msg.startswith(_FINISH_WORD):
             return "finish"
     elif c == "i":
         if _IN_OUT.match(msg):
@@ -122,6 +127,17 @@ def request_phase(msg: str) -> str | None:
         if m:
             return "receive" if m.group(1) == "received" else "finish"
     return None
+
+
+def request_decided(text: str, at: int, words: tuple = REQUEST_WORDS) -> int | None:
+    """Where what makes the message at `at` a request log (request_phase) ends: one of `words`, `in=Name(`
+    (0.3.0-0.4.0) or, --log-requests-format json, the event; None when it is none of them. A request log's
+    layout is keyed by its head up to here at least (grammar/block.py)."""
+    for word in words:
+        if text.startswith(word, at):
+            return at + len(word)
+    m = _IN_OUT.match(text, at) or _JSON_REQUEST_HEAD.match(text, at)
+    return None if m is None else m.end()
 
 
 def request_marked(text: str) -> bool:
