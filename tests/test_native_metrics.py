@@ -190,6 +190,18 @@ def test_headroom_from_startup_available_gpu_memory(gb, low, high):
     assert (judged["gpu_headroom_low"].firing, judged["gpu_headroom_high"].firing) == (low, high)
 
 
+def test_a_start_up_memory_gauge_of_zero_is_not_yet_set_and_judges_nothing():
+    """A scheduler still starting shows sglang:startup_available_gpu_memory_gb as 0: no headroom is known from
+    it (never "0 GiB left", which fired gpu_headroom_low for the first scrape of a healthy server)."""
+    unset = expositions.render("0.5.23", dict(expositions.HEALTHY, startup_available_gpu_memory_gb=0.0))
+    eng, judged = _judge([unset] * 2)
+    assert eng.state.headroom_bytes is None and judged["gpu_headroom_low"].firing is None
+    set_ = expositions.render("0.5.23", dict(expositions.HEALTHY, startup_available_gpu_memory_gb=6.5))
+    eng, judged = _judge([unset, set_])
+    assert eng.state.headroom_bytes == pytest.approx(6.5 * GIB)
+    assert (judged["gpu_headroom_low"].firing, judged["gpu_headroom_high"].firing) == (False, False)
+
+
 def test_headroom_is_the_smallest_rank():
     res = parse_exposition(expositions.render("0.5.23", {"startup_available_gpu_memory_gb": 7.0}) +
                            expositions.render("0.5.23", {"startup_available_gpu_memory_gb": 3.0})

@@ -123,7 +123,8 @@ class ScrapeFeed(StatePart):
         # sglang:startup_available_gpu_memory_gb (0.5.11+) is the capacity line's available_gpu_mem, per rank,
         # in GiB: each rank is read as its capacity line would be, so the worst GPU is judged and named alike
         if not self.log_fed or not self.memory_by_rank:
-            ranks = [key for key, vals in scrape.ranks.items() if vals.get("headroom_gb") is not None]
+            # (0 is a gauge not set yet, as a scheduler still starting shows it: no start-up ends with no memory)
+            ranks = [key for key, vals in scrape.ranks.items() if vals.get("headroom_gb")]
             # spelt as the log's prefix would: a rank tag only where the server has more than one of that rank
             tags = [i for i in range(3) if any(k[i] for k in ranks)]
             for key in ranks:
