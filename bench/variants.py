@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A generated log rewritten as a realistic log may also be: what `analyze` pays for each, against the plain one.
 
-    python bench/variants.py IN OUT --as json|openai|cri|docker|cjk|ms|stretch3
+    python bench/variants.py IN OUT --as json|openai|cri|docker|cjk|ms|stretch3|errors5
 
 IN is a `genlog.py --profile realistic` log; OUT the same lines with one property changed:
   json      request logs as --log-requests-format json writes them (0.5.7+, behind SGLang's "[time] " prefix)
@@ -12,6 +12,8 @@ IN is a `genlog.py --profile realistic` log; OUT the same lines with one propert
   ms        millisecond timestamps (SGLANG_LOG_MS=1, 0.5.6+)
   stretch3  every timestamp three times as far from the first (the same lines over three times the time:
             three times the evaluations)
+  errors5   each handled request error ("Error in request: ..." and its raw traceback, 1 % of requests in
+            the realistic profile) written five times: a service whose clients send many bad requests
 Then time both, e.g. `python bench/rounds.py --file OUT --profile realistic BEFORE AFTER`. The lines and
 their order are the same, so the work of an equal-work mtail program barely moves (bench/README.md, "Issue
 35, fifth look").
@@ -35,7 +37,17 @@ def rewrite(lines, how: str):
     stretched: dict[str, str] = {}
     ms: dict[str, int] = {}
     receives = 0
+    error: list[str] = []       # (errors5) the lines of the request error being read
     for i, line in enumerate(lines):
+        if how == "errors5":
+            if "] Error in request: " in line or error and not line.startswith("["):
+                error.append(line)
+                continue
+            if error:
+                yield from error * 5
+                error = []
+            yield line
+            continue
         if how == "json":
             m = REQUEST.match(line)
             if m:
@@ -72,9 +84,10 @@ def rewrite(lines, how: str):
                     stretched[stamp] = (first + (t - first) * 3).strftime("%Y-%m-%d %H:%M:%S")
                 line = "[" + stretched[stamp] + line[m.end():]
         yield line
+    yield from error * 5
 
 
-VARIANTS = ("json", "openai", "cri", "docker", "cjk", "ms", "stretch3")
+VARIANTS = ("json", "openai", "cri", "docker", "cjk", "ms", "stretch3", "errors5")
 
 
 def main(argv=None) -> int:

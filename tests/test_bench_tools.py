@@ -242,7 +242,7 @@ def test_rounds_runs_each_checkouts_own_code_from_the_repository_root(tmp_path):
 
 def test_each_variant_of_a_realistic_log_reads_as_the_same_log(tmp_path):
     """bench/variants.py changes one property of a log (request-log format, container wrapping, characters,
-    timestamps): the exporter still finds the same batch lines and request logs in each, so a variant's time
+    timestamps, how many request errors): the exporter still finds the same batch lines and request logs in each, so a variant's time
     is that property's cost."""
     import variants
 
@@ -265,10 +265,14 @@ def test_each_variant_of_a_realistic_log_reads_as_the_same_log(tmp_path):
         subprocess.run([sys.executable, str(BENCH / "variants.py"), str(src), str(out), "--as", how],
                        check=True, capture_output=True, timeout=120)
         text = out.read_text(encoding="utf-8")
-        assert text.count("\n") == 6000, how
         got = kinds(out)
         for kind in ("decode_batch", "prefill_batch", "request_log", "retraction"):
             assert got.get(kind) == want.get(kind), (how, kind)
+        if how == "errors5":    # each handled request error (its line and 6 of traceback) five times
+            assert want["request_error"] > 3 and got["request_error"] == 5 * want["request_error"]
+            assert text.count("\n") == 6000 + 4 * 7 * want["request_error"]
+        else:
+            assert text.count("\n") == 6000, how
     assert '"event": "request.received"' in (tmp_path / "json.log").read_text()
     assert "Receive OpenAI: obj=" in (tmp_path / "openai.log").read_text()
     assert "中文" in (tmp_path / "cjk.log").read_text(encoding="utf-8")

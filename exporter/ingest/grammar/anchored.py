@@ -26,6 +26,20 @@ if TYPE_CHECKING:      # (the parser calls these with itself: they see it as sca
 
 
 
+# a prefix's time (prefixes._PrefixLayout.time: patterns._PREFIX_PART's clock); a line without one holds none
+_CLOCK = re.compile(r"[0-9]{2}:[0-9]{2}:[0-9]{2}")
+
+
+def inside_record(p: Scanning, text: str) -> bool:
+    """Whether `text`, a line without SGLang's prefix at its start, can only go on the pending record or the
+    request's text: find_record would find no record in it, as inside one only a prefix with a time starts
+    another (or uvicorn's access line, undated, at the line's start) once the file has prefixes. Most lines
+    of a traceback have neither, and searching them for a message cost more than the rest of their reading
+    (bench/README.md, "Issue 35, sixth look")."""
+    return (p._pending is not None or p._in_request) and p._prefixed and not (
+        ":" in text and (_CLOCK.search(text) is not None or _ACCESS.match(text) is not None))
+
+
 def find_record(p: Scanning, text: str, lineno: int, container_time: str | None, out: list,
               known_only: bool = False) -> bool:
     """A record found by its message anywhere in the line (_ANCHOR), whatever prefix stands before it; False

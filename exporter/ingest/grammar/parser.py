@@ -145,6 +145,9 @@ class Parser:
                 self.unparsed["binary"] += 1
                 return
             m = self._line_re.match(text) if text[0] == "[" else None
+            if m is None and anchored.inside_record(self, text):
+                self._bare(text, lineno, container_time, out)
+                return
             if m is None and self._known and anchored.find_record(self, text, lineno, container_time, out, True):
                 return                      # behind a prefix layout of this file's (no search of the line)
             if m is None and "[" in text:
