@@ -175,7 +175,9 @@ class _Splitter:
                     # line by line: one character past Latin-1 (a prompt's CJK, an emoji, a curly quote)
                     # makes the whole decoded body 2 or 4 bytes a character, and splitting it then copies
                     # every ASCII line through that width (reading such a block: -40 %, bench/README)
-                    parts = [strip_ansi(raw.decode("utf-8", "replace")) for raw in body.split(b"\n")]
+                    parts = [raw.decode("utf-8", "replace") for raw in body.split(b"\n")]
+                    if b"\x1b" in body:         # (one look per chunk here too: decoding makes no escape)
+                        parts = [strip_ansi(part) for part in parts]
                 if b"\r" in body:
                     parts = [p.removesuffix("\r") for p in parts]
                 out.append(Block(self.source, self.lineno + 1, parts))
