@@ -33,12 +33,14 @@ EDGES = [f"[2025-08-11 17:17:0{s} TP0] {DECODE}" for s in range(3)] + [
     "bare line", f"[2025-08-11 17:17:10 TP0] {DECODE}"] * 3
 
 
-def _wrap(lines: list[str], fmt: str) -> list[str]:
-    """`lines` as a container runtime writes them, every time a different one, every fifth line in two pieces."""
+def _wrap(lines: list[str], fmt: str, split_every: int = 5) -> list[str]:
+    """`lines` as a container runtime writes them, every time a different one, every `split_every`th line in two
+    pieces (0: none)."""
     out = []
     for i, text in enumerate(lines):
         ts = f"2025-08-12T09:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}000000Z"
-        pieces = [text[:len(text) // 2], text[len(text) // 2:]] if i % 5 == 4 and len(text) > 1 else [text]
+        split = split_every and i % split_every == split_every - 1 and len(text) > 1
+        pieces = [text[:len(text) // 2], text[len(text) // 2:]] if split else [text]
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
             if fmt == "cri":
@@ -85,6 +87,42 @@ def _check(name: str, wrapped: list[str]) -> None:
 @pytest.mark.parametrize("name,lines", _logs(), ids=[name for name, _ in _logs()])
 def test_container_records_in_runs_give_what_each_record_alone_gives(name, lines, fmt):
     _check(name, _wrap(lines, fmt))
+
+
+@pytest.mark.parametrize("name,lines", _logs(), ids=[name for name, _ in _logs()])
+def test_whole_cri_records_a_block_at_a_time_give_what_each_record_alone_gives(name, lines):
+    """No line in pieces: CRI blocks are decoded by one regex (ContainerDecoder.full_cri_records)."""
+    _check(name, _wrap(lines, "cri", split_every=0))
+
+
+# CRI lines the block decoder must read as `feed` does, or leave to it: tags with more flags, no message, spaces
+# kept in the message, a partial piece, other streams, short or odd times, a plain line, an empty one
+TS = "2025-08-12T09:00:01.123456789Z"
+CRI_LINES = [f"{TS} stderr F [2025-08-11 17:17:03 TP0] {DECODE}", f"{TS} stdout F x", f"{TS} stderr F:more y",
+             f"{TS} stderr F", f"{TS} stderr F ", f"{TS} stderr F   three spaces", f"{TS} stderr F:a:b  z",
+             f"{TS} stderr P half a line", f"{TS} stdin F x", f"{TS} stderr FP x", f"{TS} stderr Fx x",
+             "2025-08-12T09:00:01Z stderr F shortest time", "2025-08-12T09:00:1Z stderr F too short",
+             "2025-08-12X09:00:01.5Z stderr F no T", "２０２５-08-12T09:00:01.5Z stderr F wide digits",
+             "2025-08-12T09:00:01.5Z\tstderr F tab", "2025-08-12T09:00:01.5Z  stderr F two spaces",
+             "[2025-08-11 17:17:03 TP0] plain", "", f"{TS} stderr F \x0b\u2028 other breaks"]
+
+
+@pytest.mark.parametrize("start", range(len(CRI_LINES)))
+def test_the_cri_block_decoder_reads_what_feed_reads_or_leaves_it(start):
+    for texts in ([CRI_LINES[start]], CRI_LINES[start:], CRI_LINES[start:] + CRI_LINES[:start]):
+        dec = ContainerDecoder("cri")
+        whole = dec.full_cri_records(texts)
+        records = [dec.feed(n, text) for n, text in enumerate(texts, 1)]
+        if whole is not None:      # (None: `feed` reads them, whatever they are)
+            assert (dec.passthrough, dec.partials) == (0, 0)
+            assert list(whole[0]) == [r.text for r in records] and list(whole[1]) == [r.time for r in records]
+    # what runtimes write is read a block at a time: the whole records above but the oddly timed ones
+    whole = ContainerDecoder("cri").full_cri_records(CRI_LINES[:7] + CRI_LINES[11:12] + CRI_LINES[19:])
+    assert whole is not None and whole[0][3] == "" and whole[0][5] == "  three spaces"
+    # with a partial record pending, blocks are left to feed (its next piece may come in them)
+    dec = ContainerDecoder("cri")
+    assert dec.feed(1, f"{TS} stderr P begun") is None
+    assert dec.full_cri_records([f"{TS} stderr F ended"]) is None
 
 
 @pytest.mark.parametrize("fmt", ["cri", "docker"])

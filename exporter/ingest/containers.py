@@ -25,6 +25,7 @@ A later line that does not fit the detected envelope is passed through as plain 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from exporter.ingest.lines import strip_ansi
@@ -77,6 +78,12 @@ def _parse_cri(text: str):
     if len(tag) > 1 and tag[1] != ":":
         return None
     return ts, stream, flag == "F", parts[3] if len(parts) == 4 else ""
+
+
+# Whole CRI records, one per line of a block joined by "\n": the lines _parse_cri reads as (time, stream, full,
+# message) with the full flag (F, or F:<more tags>): each one's time and message ("" when it has none).
+# Anything else it reads, or not, fails to match, and the block is decoded line by line.
+_CRI_FULL = re.compile(r"^([0-9]{4}-[^ \n]{5}T[^ \n]{9,}) (?:stdout|stderr) F(?::[^ \n]*)?(?: (.*))?$", re.M)
 
 
 def _parse_docker(text: str):
@@ -190,6 +197,21 @@ class ContainerDecoder:
             self.overflows += 1
             return Record(pend.lineno, "".join(pend.parts), pend.time, stream)
         return None
+
+    def full_cri_records(self, texts: list[str]) -> tuple[list[str], list[str]] | None:
+        """(messages, times) of consecutive lines of a CRI file when each is a whole record (tag F) and no
+        partial record is pending: what `feed` makes of them, a block at a time, by one regex over the block
+        instead of three calls and a Record per line (`analyze` of the 200,000-line realistic log under CRI: 45 %
+        more instructions than the plain log before, 27 % after; bench/README.md, "Issue 35, sixth look").
+        None: some line is a partial piece or not a CRI record, or the regex is stricter than `feed` (a time
+        with other digits than ASCII ones): `feed` each."""
+        if self.format != "cri" or self._pending or not texts:
+            return None
+        found = _CRI_FULL.findall("\n".join(texts))
+        if len(found) != len(texts):
+            return None
+        times, messages = zip(*found)
+        return list(messages), list(times)
 
     # -- end of input -----------------------------------------------------------------------------------
 

@@ -27,6 +27,11 @@ class SourceParser:
         self.lines += len(texts)
         self.cut += block.cuts
         self.bytes += sum(map(len, texts)) + len(texts)
+        if self.decoder.format == "cri":
+            whole = self.decoder.full_cri_records(texts)
+            if whole is not None:
+                messages, times = whole
+                return self.parser.feed_items(messages, block.first, times)
         out: list[Event] = []
         i, n = 0, len(texts)
         records = []
