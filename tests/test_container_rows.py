@@ -89,10 +89,11 @@ def test_container_records_in_runs_give_what_each_record_alone_gives(name, lines
     _check(name, _wrap(lines, fmt))
 
 
+@pytest.mark.parametrize("fmt", ["cri", "docker"])
 @pytest.mark.parametrize("name,lines", _logs(), ids=[name for name, _ in _logs()])
-def test_whole_cri_records_a_block_at_a_time_give_what_each_record_alone_gives(name, lines):
-    """No line in pieces: CRI blocks are decoded by one regex (ContainerDecoder.full_cri_records)."""
-    _check(name, _wrap(lines, "cri", split_every=0))
+def test_whole_records_a_block_at_a_time_give_what_each_record_alone_gives(name, lines, fmt):
+    """No line in pieces: blocks are unwrapped at once (ContainerDecoder.full_cri_records, full_docker_records)."""
+    _check(name, _wrap(lines, fmt, split_every=0))
 
 
 # CRI lines the block decoder must read as `feed` does, or leave to it: tags with more flags, no message, spaces
@@ -135,3 +136,34 @@ def test_a_realistic_log_in_a_container_gives_what_each_record_alone_gives(tmp_p
 @pytest.mark.parametrize("name", ["cri_custom.log", "docker_custom.log"])
 def test_the_wrapped_fixtures_give_what_each_record_alone_gives(name):
     _check(name, (LAYOUTS / name).read_text().splitlines())
+
+
+def _docker(log, **more) -> str:
+    return json.dumps({"log": log, "stream": "stderr", "time": "2025-08-12T09:00:01.5Z", **more})
+
+
+# docker lines the block decoder must read as `feed` does, or leave to it: CRLF, an escape (JSON's \u001b), no
+# time or an odd one, no stream, a piece (no newline), a log that is no string, no log, JSON that is no object,
+# an object after a space, no JSON, an empty line, a log with a newline inside, JSON nested past the interpreter's
+# limit (it crashed `analyze` with a RecursionError)
+DOCKER_LINES = [_docker(f"[2025-08-11 17:17:03 TP0] {DECODE}\n"), _docker("x\r\n"), _docker("\x1b[31mred\x1b[0m\n"),
+                json.dumps({"log": "no time\n"}), _docker("odd time\n", time=5), _docker("\n", stream=None),
+                _docker("half a line"), _docker(7), json.dumps({"stream": "stderr"}), '["log"]',
+                " " + _docker("after a space\n"), "{not json", "", _docker("a\nb\n"),
+                '{"log": ' + "[" * 100000 + "]" * 100000 + "}"]
+
+
+@pytest.mark.parametrize("start", range(len(DOCKER_LINES)))
+def test_the_docker_block_decoder_reads_what_feed_reads_or_leaves_it(start):
+    for texts in ([DOCKER_LINES[start]], DOCKER_LINES[start:], DOCKER_LINES[start:] + DOCKER_LINES[:start]):
+        dec = ContainerDecoder("docker")
+        whole = dec.full_docker_records(texts)
+        records = [dec.feed(n, text) for n, text in enumerate(texts, 1)]
+        if whole is not None:
+            assert (dec.passthrough, dec.partials) == (0, 0)
+            assert whole[0] == [r.text for r in records] and whole[1] == [r.time for r in records]
+    whole = ContainerDecoder("docker").full_docker_records(DOCKER_LINES[:6] + DOCKER_LINES[13:14])
+    assert whole is not None and whole[0][2] == "red" and whole[1][3:5] == [None, None]
+    dec = ContainerDecoder("docker")
+    assert dec.feed(1, _docker("begun")) is None
+    assert dec.full_docker_records([_docker("ended\n")]) is None
