@@ -166,3 +166,17 @@ def test_a_report_of_a_log_without_timestamps_draws_no_time_axis(tmp_path):
     untimed.write_text(re.sub(r"(?m)^\[[^\]]*\] ", "", log.read_text()))
     page = render_html(replay([str(untimed)], Config(), progress=False, series=True))
     assert '<figure class="chart"' not in page and "nothing to plot" in page
+
+
+def test_without_matplotlib_the_html_report_says_how_to_get_it_before_reading(tmp_path):
+    """matplotlib is an optional extra: without it `--format html` used to replay the whole log and then die in
+    a traceback at the first chart. It now says what to install before the replay, and writes no report."""
+    log = scenario_log(tmp_path, "healthy_offline")
+    out = tmp_path / "report.html"
+    code = ("import sys; sys.modules['matplotlib'] = None\n"     # what `import matplotlib` meets when not installed
+            "from exporter.cli import main\n"
+            f"sys.exit(main(['analyze', {str(log)!r}, '--format', 'html', '-o', {str(out)!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "pip install 'sglang-exporter[html]'" in r.stderr
+    assert not out.exists()

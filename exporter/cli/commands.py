@@ -127,6 +127,18 @@ def _check_output(path: str | None, fmt: str) -> str | None:
     return None
 
 
+def _check_html(fmt: str) -> str | None:
+    """Why `--format html` cannot draw its charts, or None; checked before the replay, as _check_output is."""
+    if fmt != "html":
+        return None
+    try:
+        import matplotlib  # noqa: F401  (an optional extra: the HTML report's charts)
+    except ImportError:
+        return ("--format html draws its charts with matplotlib, which is not installed here: "
+                "pip install 'sglang-exporter[html]', or choose --format text or --format json")
+    return None
+
+
 def _config(args, origins: dict | None = None, **extra):
     flags = {"profile": getattr(args, "profile", None), **extra}
     return build(flags, config_file=getattr(args, "config", None), origins=origins)
@@ -140,7 +152,7 @@ def cmd_analyze(args) -> int:
     if problem:
         _err(problem)
         return EXIT_USAGE
-    problem = _check_output(args.output, args.format)
+    problem = _check_output(args.output, args.format) or _check_html(args.format)
     if problem:
         _err(problem)
         return EXIT_USAGE
