@@ -108,15 +108,21 @@ CRI_LINES = [f"{TS} stderr F [2025-08-11 17:17:03 TP0] {DECODE}", f"{TS} stdout 
              "[2025-08-11 17:17:03 TP0] plain", "", f"{TS} stderr F \x0b\u2028 other breaks"]
 
 
+def _assert_block_decoder_reads_what_feed_reads(fmt: str, lines: list[str], start: int) -> None:
+    """The block decoder of `fmt` on `lines` from `start` (alone, to the end, rotated): what `feed` gives, or
+    None (then `feed` reads them, whatever they are)."""
+    for texts in ([lines[start]], lines[start:], lines[start:] + lines[:start]):
+        dec = ContainerDecoder(fmt)
+        whole = (dec.full_cri_records if fmt == "cri" else dec.full_docker_records)(texts)
+        records = [dec.feed(n, text) for n, text in enumerate(texts, 1)]
+        if whole is not None:
+            assert (dec.passthrough, dec.partials) == (0, 0)
+            assert whole == ([r.text for r in records], [r.time for r in records])
+
+
 @pytest.mark.parametrize("start", range(len(CRI_LINES)))
 def test_the_cri_block_decoder_reads_what_feed_reads_or_leaves_it(start):
-    for texts in ([CRI_LINES[start]], CRI_LINES[start:], CRI_LINES[start:] + CRI_LINES[:start]):
-        dec = ContainerDecoder("cri")
-        whole = dec.full_cri_records(texts)
-        records = [dec.feed(n, text) for n, text in enumerate(texts, 1)]
-        if whole is not None:      # (None: `feed` reads them, whatever they are)
-            assert (dec.passthrough, dec.partials) == (0, 0)
-            assert list(whole[0]) == [r.text for r in records] and list(whole[1]) == [r.time for r in records]
+    _assert_block_decoder_reads_what_feed_reads("cri", CRI_LINES, start)
     # what runtimes write is read a block at a time: the whole records above but the oddly timed ones
     whole = ContainerDecoder("cri").full_cri_records(CRI_LINES[:7] + CRI_LINES[11:12] + CRI_LINES[19:])
     assert whole is not None and whole[0][3] == "" and whole[0][5] == "  three spaces"
@@ -155,13 +161,7 @@ DOCKER_LINES = [_docker(f"[2025-08-11 17:17:03 TP0] {DECODE}\n"), _docker("x\r\n
 
 @pytest.mark.parametrize("start", range(len(DOCKER_LINES)))
 def test_the_docker_block_decoder_reads_what_feed_reads_or_leaves_it(start):
-    for texts in ([DOCKER_LINES[start]], DOCKER_LINES[start:], DOCKER_LINES[start:] + DOCKER_LINES[:start]):
-        dec = ContainerDecoder("docker")
-        whole = dec.full_docker_records(texts)
-        records = [dec.feed(n, text) for n, text in enumerate(texts, 1)]
-        if whole is not None:
-            assert (dec.passthrough, dec.partials) == (0, 0)
-            assert whole[0] == [r.text for r in records] and whole[1] == [r.time for r in records]
+    _assert_block_decoder_reads_what_feed_reads("docker", DOCKER_LINES, start)
     whole = ContainerDecoder("docker").full_docker_records(DOCKER_LINES[:6] + DOCKER_LINES[13:14])
     assert whole is not None and whole[0][2] == "red" and whole[1][3:5] == [None, None]
     dec = ContainerDecoder("docker")
