@@ -222,6 +222,14 @@ def test_a_start_up_is_compared_with_the_median_of_history_before_it(tmp_path):
     assert j.firing is False and "the median of the 1 before 400 s" in j.detail, j
 
 
+def test_with_startup_regression_off_a_second_start_up_is_still_read(tmp_path):
+    """The comparison is worked out when a start-up ends, for the signal's `history`; with the signal off there
+    is none, and a second start-up crashed the state (the median of no start-up)."""
+    off = Config(profile="online", signals={"startup_regression": {"enabled": False}})
+    j = _log_judge(tmp_path, _start(1, 120, 40) + _start(2, 130, 45), _ts("2026-03-02 09:11:00"), off)
+    assert "startup_regression" not in j and j["stalled"] is not None
+
+
 # ------------------------------------------------------------------------------------- the simulator's demo
 def test_the_simulated_busy_looking_idle_server_fires_from_its_metrics():
     from datetime import datetime, timezone

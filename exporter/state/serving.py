@@ -105,7 +105,7 @@ class ServingFeed(StatePart):
             return
         items = self.durations.setdefault(kind, deque(maxlen=MAX_DURATIONS))
         items.append((now, seconds))
-        if len(items) >= 2:
+        if len(items) >= 2 and self._duration_history:      # (0: startup_regression is off, nobody compares)
             before = [s for _, s in list(items)[-1 - self._duration_history:-1]]
             self.duration_baselines[kind] = (now, seconds, _median(before), len(before))
 
