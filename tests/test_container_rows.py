@@ -92,7 +92,7 @@ def test_container_records_in_runs_give_what_each_record_alone_gives(name, lines
 @pytest.mark.parametrize("fmt", ["cri", "docker"])
 @pytest.mark.parametrize("name,lines", _logs(), ids=[name for name, _ in _logs()])
 def test_whole_records_a_block_at_a_time_give_what_each_record_alone_gives(name, lines, fmt):
-    """No line in pieces: blocks are unwrapped at once (ContainerDecoder.full_cri_records, full_docker_records)."""
+    """No line in pieces: blocks are unwrapped at once (ContainerDecoder.whole_records)."""
     _check(name, _wrap(lines, fmt, split_every=0))
 
 
@@ -113,7 +113,7 @@ def _assert_block_decoder_reads_what_feed_reads(fmt: str, lines: list[str], star
     None (then `feed` reads them, whatever they are)."""
     for texts in ([lines[start]], lines[start:], lines[start:] + lines[:start]):
         dec = ContainerDecoder(fmt)
-        whole = (dec.full_cri_records if fmt == "cri" else dec.full_docker_records)(texts)
+        whole = dec.whole_records(texts)
         records = [dec.feed(n, text) for n, text in enumerate(texts, 1)]
         if whole is not None:
             assert (dec.passthrough, dec.partials) == (0, 0)
@@ -124,12 +124,12 @@ def _assert_block_decoder_reads_what_feed_reads(fmt: str, lines: list[str], star
 def test_the_cri_block_decoder_reads_what_feed_reads_or_leaves_it(start):
     _assert_block_decoder_reads_what_feed_reads("cri", CRI_LINES, start)
     # what runtimes write is read a block at a time: the whole records above but the oddly timed ones
-    whole = ContainerDecoder("cri").full_cri_records(CRI_LINES[:7] + CRI_LINES[11:12] + CRI_LINES[19:])
+    whole = ContainerDecoder("cri").whole_records(CRI_LINES[:7] + CRI_LINES[11:12] + CRI_LINES[19:])
     assert whole is not None and whole[0][3] == "" and whole[0][5] == "  three spaces"
     # with a partial record pending, blocks are left to feed (its next piece may come in them)
     dec = ContainerDecoder("cri")
     assert dec.feed(1, f"{TS} stderr P begun") is None
-    assert dec.full_cri_records([f"{TS} stderr F ended"]) is None
+    assert dec.whole_records([f"{TS} stderr F ended"]) is None
 
 
 @pytest.mark.parametrize("fmt", ["cri", "docker"])
@@ -162,8 +162,8 @@ DOCKER_LINES = [_docker(f"[2025-08-11 17:17:03 TP0] {DECODE}\n"), _docker("x\r\n
 @pytest.mark.parametrize("start", range(len(DOCKER_LINES)))
 def test_the_docker_block_decoder_reads_what_feed_reads_or_leaves_it(start):
     _assert_block_decoder_reads_what_feed_reads("docker", DOCKER_LINES, start)
-    whole = ContainerDecoder("docker").full_docker_records(DOCKER_LINES[:6] + DOCKER_LINES[13:14])
+    whole = ContainerDecoder("docker").whole_records(DOCKER_LINES[:6] + DOCKER_LINES[13:14])
     assert whole is not None and whole[0][2] == "red" and whole[1][3:5] == [None, None]
     dec = ContainerDecoder("docker")
     assert dec.feed(1, _docker("begun")) is None
-    assert dec.full_docker_records([_docker("ended\n")]) is None
+    assert dec.whole_records([_docker("ended\n")]) is None

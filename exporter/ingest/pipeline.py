@@ -27,9 +27,8 @@ class SourceParser:
         self.lines += len(texts)
         self.cut += block.cuts
         self.bytes += sum(map(len, texts)) + len(texts)
-        fmt = self.decoder.format
-        if fmt == "cri" or fmt == "docker":
-            whole = (self.decoder.full_cri_records if fmt == "cri" else self.decoder.full_docker_records)(texts)
+        if self.decoder.format in ("cri", "docker"):
+            whole = self.decoder.whole_records(texts)
             if whole is not None:
                 messages, times = whole
                 return self.parser.feed_items(messages, block.first, times)
