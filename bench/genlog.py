@@ -2,6 +2,7 @@
 """Generate a realistic SGLang 0.5.x server log for benchmarks.
 
     python bench/genlog.py N OUT [--seed S] [--tp 4] [--start "2025-08-11 17:10:00"] [--profile realistic]
+                                 [--leaders-only]
 
 Writes exactly N lines to OUT ("-" for stdout). Deterministic for a given seed and arguments.
 
@@ -24,6 +25,11 @@ prints its batch lines, --log-requests on, see /work/shared/reference/sglang-for
 them to /v1/chat/completions), 1 % of requests failing with "Error in request: ..." and its traceback (raw
 lines) and a 400 access line, and now and then a "LONG GARBAGE COLLECTION DETECTED" warning or a library's
 UserWarning (two raw lines). The default profile ("bench") writes the same bytes as before it existed.
+
+`--leaders-only`: batch lines from each DP group's first TP rank only, as SGLang prints them without
+--enable-metrics-for-all-schedulers (its default: reference/sglang-formats.md §1, `attn_tp_rank == 0`); the
+other ranks still print their start-up and retraction lines. Without it every TP rank prints them (4 copies of
+each batch line at tp=4), which a default server's log does not hold.
 
 Fast: about 1M lines in a few seconds (lines are built with f-strings, timestamps are cached per second).
 The helpers `decode_line`, `stamp` are reused by sidecar_bench.py.
@@ -105,7 +111,7 @@ def _server_args(tp: int, port: int, seed: int) -> str:
 class _Gen:
     """The simulation; `lines` is appended to, `t` is simulated epoch seconds."""
 
-    def __init__(self, rng: random.Random, t0: float, tp: int, profile: str = "bench"):
+    def __init__(self, rng: random.Random, t0: float, tp: int, profile: str = "bench", leaders_only: bool = False):
         self.rng = rng
         self.t = t0
         self.tp = tp
@@ -114,6 +120,9 @@ class _Gen:
             self.ranks = [f" DP{r * 2 // tp} TP{r}" for r in range(tp)] if tp > 1 else [""]
         else:
             self.ranks = [f" TP{r}" for r in range(tp)] if tp > 1 else [""]
+        # the ranks that print batch lines: each DP group's first ("TP0" when there are no DP tags)
+        self.batch_ranks = [r for i, r in enumerate(self.ranks)
+                            if not leaders_only or i == 0 or r.split(" TP")[0] != self.ranks[i - 1].split(" TP")[0]]
         self.lines: list[str] = []
         self._sec = -1
         self._ts = ""
@@ -194,7 +203,7 @@ class _Gen:
         L.append(f"[{self.ts()}] INFO:     Uvicorn running on http://0.0.0.0:{self.port} (Press CTRL+C to quit)")
         self.t += 1.0
         self.access("GET", "/get_model_info")
-        for r in self.ranks:
+        for r in self.batch_ranks:
             L.append(f"[{self.ts()}{r}] Prefill batch, #new-seq: 1, #new-token: 6, #cached-token: 0, "
                      "token usage: 0.00, #running-req: 0, #queue-req: 0, input throughput (token/s): 0.00, "
                      "cuda graph: False")
@@ -293,7 +302,7 @@ class _Gen:
             new_tok = n_new * (200 + rng.randrange(1800))
             cached = int(new_tok * rng.random() * 0.6)
             self.input_tput = new_tok / dt
-            for r in ranks:
+            for r in self.batch_ranks:
                 L.append(f"[{ts}{r}] Prefill batch, #new-seq: {n_new}, #new-token: {new_tok}, "
                          f"#cached-token: {cached}, token usage: {self.usage():.2f}, #running-req: {self.running}, "
                          f"#queue-req: {self.queue}, input throughput (token/s): {self.input_tput:.2f}, "
@@ -319,7 +328,7 @@ class _Gen:
         tokens = int(usage * MAX_TOTAL_TOKENS)
         per_req = 62.0 - self.running * 0.1 + rng.random() * 4
         gen = self.running * per_req if self.running else 0.0
-        for r in ranks:
+        for r in self.batch_ranks:
             L.append(decode_line(ts, r, self.running, tokens, usage, gen * (0.995 + rng.random() * 0.01),
                                  self.queue))
         # finishes: Finish line + access line
@@ -382,11 +391,12 @@ class _Gen:
         return min(0.99, self.running * self.ctx / MAX_TOTAL_TOKENS * 2.2)
 
 
-def generate(n: int, seed: int = 1, tp: int = 4, start: str = "2025-08-11 17:10:00", profile: str = "bench"):
+def generate(n: int, seed: int = 1, tp: int = 4, start: str = "2025-08-11 17:10:00", profile: str = "bench",
+             leaders_only: bool = False):
     """Yield chunks (lists of str without newline) totalling exactly n lines."""
     rng = random.Random(seed)
     t0 = datetime.strptime(start, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-    g = _Gen(rng, t0, tp, profile)
+    g = _Gen(rng, t0, tp, profile, leaders_only)
     crash_at = [int(n * 0.35), int(n * 0.70)]
     emitted = 0
     g.startup(seed)
@@ -417,13 +427,13 @@ def custom_layout(text: str) -> str:
 
 
 def write(n: int, out: str, seed: int = 1, tp: int = 4, start: str = "2025-08-11 17:10:00",
-          layout: str = "sglang", profile: str = "bench") -> int:
+          layout: str = "sglang", profile: str = "bench", leaders_only: bool = False) -> int:
     """Write the log (`layout` "custom": with custom_layout's prefix; `profile` "realistic": see the module's
     docstring); returns the number of bytes written."""
     size = 0
     fh = sys.stdout if out == "-" else open(out, "w", encoding="utf-8", newline="\n")
     try:
-        for chunk in generate(n, seed, tp, start, profile):
+        for chunk in generate(n, seed, tp, start, profile, leaders_only):
             if chunk and layout == "custom":
                 chunk = custom_layout("\n".join(chunk)).split("\n")
             if chunk:
@@ -448,9 +458,12 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
                     help="realistic: DP x TP rank tags, more request logs, handled request errors with "
                          "tracebacks, warnings (the held-out measurement's kind of log)")
+    ap.add_argument("--leaders-only", action="store_true",
+                    help="batch lines from each DP group's first TP rank only (SGLang's default; without it every "
+                         "TP rank prints them, as with --enable-metrics-for-all-schedulers)")
     a = ap.parse_args(argv)
     t = time.perf_counter()
-    size = write(a.n, a.out, a.seed, a.tp, a.start, a.layout, a.profile)
+    size = write(a.n, a.out, a.seed, a.tp, a.start, a.layout, a.profile, a.leaders_only)
     if a.out != "-":
         print(f"wrote {a.n} lines, {size / 1e6:.1f} MB to {a.out} in {time.perf_counter() - t:.2f} s",
               file=sys.stderr)
