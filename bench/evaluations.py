@@ -2,7 +2,7 @@
 """Instructions per evaluation of `analyze` (Engine.evaluate every 5 s of log time), counted by valgrind.
 
     python bench/evaluations.py [--lines 20000] [--seed 1] [--root DIR] [--layout sglang|custom]
-                                [--profile bench|realistic] [--tp N] [--judges | --in-replay]
+                                [--profile bench|realistic] [--tp N] [--leaders-only] [--judges | --in-replay]
 
 `analyze` runs twice on the same generated log under callgrind: with the default evaluation interval, and with
 one longer than the log (a single evaluation, at its end). The difference, divided by the difference in
@@ -54,7 +54,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lines", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--tp", type=int, default=4, help="ranks that print batch lines (genlog.py --tp; 1: a single-GPU server, every batch line a sample)")
+    ap.add_argument("--tp", type=int, default=4,
+                    help="ranks that print batch lines (genlog.py --tp; 1: a single-GPU server, every batch "
+                         "line a sample)")
+    ap.add_argument("--leaders-only", action="store_true",
+                    help="batch lines from each DP group's first TP rank only (genlog.py --leaders-only: "
+                         "SGLang's default)")
     ap.add_argument("--root", default=str(HERE.parent), help="the checkout to measure (default: this one)")
     ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang")
     ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
@@ -74,7 +79,8 @@ def main(argv=None) -> int:
     import genlog
     with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:
         log = Path(tmp) / "bench.log"
-        genlog.write(a.lines, str(log), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile)
+        genlog.write(a.lines, str(log), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile,
+                     leaders_only=a.leaders_only)
         counts, cost = {}, {}
         for interval in (5.0, 1e12):
             counts[interval] = evaluations(a.root, log, interval)
@@ -82,7 +88,7 @@ def main(argv=None) -> int:
         n = counts[5.0] - counts[1e12]
         per = (cost[5.0] - cost[1e12]) / n
         print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, "
-              f"profile {a.profile}, tp {a.tp}")
+              f"profile {a.profile}, tp {a.tp}{', leaders only' if a.leaders_only else ''}")
         print(f"{counts[5.0]:,} evaluations: {per:,.0f} instructions each, {per * n / a.lines:,.0f} per line")
     return 0
 
@@ -107,7 +113,8 @@ def time_judges(a) -> int:
     report.Engine = Kept        # type: ignore[misc]
     with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:
         log = Path(tmp) / "bench.log"
-        genlog.write(a.lines, str(log), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile)
+        genlog.write(a.lines, str(log), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile,
+                     leaders_only=a.leaders_only)
         report.analyze([str(log)], Config(), progress=False)
     e = engines[0]
     st, now = e.state, e.last.now if e.last is not None else 0.0
@@ -125,7 +132,8 @@ def time_judges(a) -> int:
             for sid, judge, p, window in e._evaluate._judging]
     judged = sum(us for us, _ in rows)
     rows += [(best(lambda: st.expire(now)), "(window expiry)"), (best(lambda: e.evaluate(now)), "(a whole evaluation)")]
-    print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, profile {a.profile}, tp {a.tp}")
+    print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, profile {a.profile}, "
+          f"tp {a.tp}{', leaders only' if a.leaders_only else ''}")
     print("| judge | µs per call |\n|---|---|")
     for us, sid in sorted(rows, reverse=True):
         print(f"| {sid} | {us:.2f} |")
@@ -171,12 +179,14 @@ def time_in_replay(a) -> int:
     report.Engine = Timed       # type: ignore[misc]
     with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:
         log = Path(tmp) / "bench.log"
-        genlog.write(a.lines, str(log), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile)
+        genlog.write(a.lines, str(log), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile,
+                     leaders_only=a.leaders_only)
         t = time.process_time()
         report.analyze([str(log)], Config(), progress=False)
         total = time.process_time() - t
     n = calls[0]
-    print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, profile {a.profile}, tp {a.tp}")
+    print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, profile {a.profile}, "
+          f"tp {a.tp}{', leaders only' if a.leaders_only else ''}")
     print(f"analyze {total:.2f} CPU s; {n:,} evaluations, {spent['(a whole evaluation)'] / 1e9:.2f} s in all "
           "(with the timers' own cost)")
     print("| part | µs per evaluation |\n|---|---|")

@@ -2,7 +2,8 @@
 """Instructions per log line of the exporter's bulk readers, counted by valgrind (callgrind).
 
     python bench/instructions.py [--lines 30000] [--seed 1] [--root DIR] [--layout sglang|custom]
-                                 [--readers parser,analyze] [--profile bench|realistic] [--tp N] [--drop TEXT]
+                                 [--readers parser,analyze] [--profile bench|realistic] [--tp N] [--leaders-only]
+                                 [--drop TEXT]
 
 Wall-clock figures on a shared VM move by 20-50 % from run to run; instruction counts do not (the same input
 gives the same count to a few parts in a thousand), so this is the figure to compare two commits with
@@ -60,7 +61,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lines", type=int, default=30000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--tp", type=int, default=4, help="ranks that print batch lines (genlog.py --tp; 1: a single-GPU server, every batch line a sample)")
+    ap.add_argument("--tp", type=int, default=4,
+                    help="ranks that print batch lines (genlog.py --tp; 1: a single-GPU server, every batch "
+                         "line a sample)")
+    ap.add_argument("--leaders-only", action="store_true",
+                    help="batch lines from each DP group's first TP rank only (genlog.py --leaders-only: "
+                         "SGLang's default)")
     ap.add_argument("--root", default=str(HERE.parent), help="the checkout to measure (default: this one)")
     ap.add_argument("--readers", default="",
                     help="only the readers whose names hold one of these words (comma-separated)")
@@ -79,7 +85,8 @@ def main(argv=None) -> int:
     import genlog
     with tempfile.TemporaryDirectory(prefix="instructions-") as tmp:
         big, small = Path(tmp) / "big.log", Path(tmp) / "small.log"
-        genlog.write(a.lines, str(big), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile)
+        genlog.write(a.lines, str(big), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile,
+                     leaders_only=a.leaders_only)
         with open(big, encoding="utf-8") as src, open(small, "w", encoding="utf-8") as dst:
             dst.writelines(line for _, line in zip(range(SMALL), src))
         dropped = 0
@@ -94,7 +101,7 @@ def main(argv=None) -> int:
             if not dropped:
                 ap.error(f"no line of the log contains {a.drop!r}")
         print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, "
-              f"profile {a.profile}, tp {a.tp}")
+              f"profile {a.profile}, tp {a.tp}{', leaders only' if a.leaders_only else ''}")
         print("| reader | instructions per line |")
         print("|---|---|")
         wanted = [w for w in a.readers.split(",") if w]
