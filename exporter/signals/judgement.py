@@ -169,7 +169,7 @@ def _fraction(sid: str, want: str):
     template = "{} of {} samples " + want
 
     def judge(state, p, sources, now, window):
-        if not (sources.log_up if state.log_fed else sources.metrics_up):     # _fed_by_batches, inline
+        if not _fed_by_batches(state, sources):
             return None, None, "no live source of batch samples"
         if sid == "concurrency_capped" and not state.memory_config.get("max_running_requests"):
             if not state.startup_seen:
@@ -293,11 +293,8 @@ def _stalled(state, p, sources, now, window):
             waiting, drained = 0, True
         else:
             # a decode line is printed every 40 steps, so the last one may still show running requests that
-            # finished since; only a waiting queue proves work is pending (a loop, not sum() over a generator:
-            # this runs at every evaluation)
-            waiting = 0
-            for rv in state.schedulers().values():
-                waiting += rv.queue or 0
+            # finished since; only a waiting queue proves work is pending
+            waiting = sum(rv.queue or 0 for rv in state.schedulers().values())
     else:
         waiting = state.pending() or 0
     stuck = age > p["stall_seconds"] and waiting > 0
