@@ -100,13 +100,11 @@ class HitSeries:
 
     @property
     def total(self) -> int:
-        w, i = self.window, self._i
-        return w.tally[i] - w._gone[i]      # HitWindow.count(i), inline: read at every evaluation
+        return self.window.count(self._i)
 
     @property
     def hits(self) -> int:
-        w, i = self.window, self._i + 1
-        return w.tally[i] - w._gone[i]
+        return self.window.count(self._i + 1)
 
     def counts(self) -> tuple[int, int]:
         """(total, hits) in one call: the judges read both at every evaluation."""
