@@ -271,16 +271,11 @@ class ServerState(BatchRows, StartupFacts, ScrapeFeed, ServingFeed):
 
     # ------------------------------------------------------------------ time
     def expire(self, now: float) -> None:
-        """At every evaluation: most windows have nothing due, so each is checked inline with the test its own
-        expire() starts with, and only those with something to drop are called."""
+        """At every evaluation: what left each window's span is dropped."""
         for w in self._hit_windows:
-            starts = w.starts
-            if starts and starts[0] < now - w.seconds:
-                w.expire(now)
+            w.expire(now)
         for tw in self._time_windows:
-            items = tw.items
-            if items and items[0][0] < now - tw.seconds:
-                tw.expire(now)
+            tw.expire(now)
         edge = now - self.scrape_window
         while self.scrape_samples and self.scrape_samples[0][0] < edge:
             self.scrape_samples.popleft()
