@@ -92,6 +92,22 @@ def test_genlog_realistic_profile_adds_what_servers_write_beside_batch_lines():
     assert requests > bench * 1.2, "more request logs than the bench profile"
 
 
+def test_genlog_leaders_only_prints_batch_lines_from_each_dp_groups_first_tp_rank():
+    """SGLang's default: batch lines from attn_tp_rank 0 only; start-up and retraction lines from every rank."""
+    def ranks(lines, what):
+        return {ln[1:].split("] ", 1)[0].split(" ", 2)[2] for ln in lines if f"] {what}" in ln}
+    every = [ln for chunk in genlog.generate(20000, seed=1, profile="realistic") for ln in chunk]
+    leaders = [ln for chunk in genlog.generate(20000, seed=1, profile="realistic", leaders_only=True)
+               for ln in chunk]
+    assert ranks(every, "Decode batch") == ranks(every, "Prefill batch") == {"DP0 TP0", "DP0 TP1", "DP1 TP2",
+                                                                             "DP1 TP3"}
+    assert ranks(leaders, "Decode batch") == ranks(leaders, "Prefill batch") == {"DP0 TP0", "DP1 TP2"}
+    for what in ("KV cache pool is full", "Load weight end", "Capture cuda graph end"):
+        assert ranks(leaders, what) == {"DP0 TP0", "DP0 TP1", "DP1 TP2", "DP1 TP3"}, what
+    bench = [ln for chunk in genlog.generate(5000, seed=1, tp=2, leaders_only=True) for ln in chunk]
+    assert ranks(bench, "Decode batch") == {"TP0"} and len(bench) == 5000
+
+
 def test_full_mtail_program_reads_every_batch_field_rank_retractions_and_ooms(tmp_path):
     mtail = require_tool("mtail")
     log = tmp_path / "full.log"
