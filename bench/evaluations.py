@@ -25,7 +25,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from instructions import instructions  # noqa: E402  (bench/ is not a package)
+import genlog  # noqa: E402  (bench/ is not a package)
+from instructions import instructions  # noqa: E402
 
 # analyze with an evaluation interval; prints how many evaluations ran (counted by wrapping Engine.judge, which
 # the replay calls, or Engine.evaluate in a checkout before it)
@@ -52,18 +53,8 @@ def evaluations(root: str, log: Path, interval: float) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lines", type=int, default=20000)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--tp", type=int, default=4,
-                    help="ranks that print batch lines (genlog.py --tp; 1: a single-GPU server, every batch "
-                         "line a sample)")
-    ap.add_argument("--leaders-only", action="store_true",
-                    help="batch lines from each DP group's first TP rank only (genlog.py --leaders-only: "
-                         "SGLang's default)")
+    genlog.add_log_arguments(ap, lines=20000)
     ap.add_argument("--root", default=str(HERE.parent), help="the checkout to measure (default: this one)")
-    ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang")
-    ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
-                    help="realistic: the held-out measurement's kind of log (genlog.py --profile)")
     ap.add_argument("--judges", action="store_true", help="time each judge on the log's final state (see above)")
     ap.add_argument("--in-replay", action="store_true",
                     help="time each judge and each part of an evaluation during the replay, on the state as it "
@@ -76,19 +67,16 @@ def main(argv=None) -> int:
     if not shutil.which("valgrind"):
         print("valgrind not installed (apt-get install -y valgrind)", file=sys.stderr)
         return 2
-    import genlog
     with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:
         log = Path(tmp) / "bench.log"
-        genlog.write(a.lines, str(log), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile,
-                     leaders_only=a.leaders_only)
+        genlog.write_log(a, str(log))
         counts, cost = {}, {}
         for interval in (5.0, 1e12):
             counts[interval] = evaluations(a.root, log, interval)
             cost[interval] = instructions(a.root, CODE.format(interval=interval), log, tmp)
         n = counts[5.0] - counts[1e12]
         per = (cost[5.0] - cost[1e12]) / n
-        print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, "
-              f"profile {a.profile}, tp {a.tp}{', leaders only' if a.leaders_only else ''}")
+        print(f"root: {a.root}; log: {genlog.log_description(a)}")
         print(f"{counts[5.0]:,} evaluations: {per:,.0f} instructions each, {per * n / a.lines:,.0f} per line")
     return 0
 
@@ -97,7 +85,6 @@ def time_judges(a) -> int:
     """Microseconds per call of each judge, of window expiry and of a whole evaluation, at the end of the log."""
     import time
 
-    import genlog
     sys.path.insert(0, a.root)
     from exporter.config import Config
     from exporter.engine import Engine
@@ -113,8 +100,7 @@ def time_judges(a) -> int:
     report.Engine = Kept        # type: ignore[misc]
     with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:
         log = Path(tmp) / "bench.log"
-        genlog.write(a.lines, str(log), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile,
-                     leaders_only=a.leaders_only)
+        genlog.write_log(a, str(log))
         report.analyze([str(log)], Config(), progress=False)
     e = engines[0]
     st, now = e.state, e.last.now if e.last is not None else 0.0
@@ -132,8 +118,7 @@ def time_judges(a) -> int:
             for sid, judge, p, window in e._evaluate._judging]
     judged = sum(us for us, _ in rows)
     rows += [(best(lambda: st.expire(now)), "(window expiry)"), (best(lambda: e.evaluate(now)), "(a whole evaluation)")]
-    print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, profile {a.profile}, "
-          f"tp {a.tp}{', leaders only' if a.leaders_only else ''}")
+    print(f"root: {a.root}; log: {genlog.log_description(a)}")
     print("| judge | µs per call |\n|---|---|")
     for us, sid in sorted(rows, reverse=True):
         print(f"| {sid} | {us:.2f} |")
@@ -146,7 +131,6 @@ def time_in_replay(a) -> int:
     ones) and of the whole evaluation, summed over the replay of the log (wall clock: pin it, `taskset -c 0`)."""
     import time
 
-    import genlog
     sys.path.insert(0, a.root)
     from exporter.config import Config
     from exporter.engine import Engine
@@ -179,14 +163,12 @@ def time_in_replay(a) -> int:
     report.Engine = Timed       # type: ignore[misc]
     with tempfile.TemporaryDirectory(prefix="evaluations-") as tmp:
         log = Path(tmp) / "bench.log"
-        genlog.write(a.lines, str(log), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile,
-                     leaders_only=a.leaders_only)
+        genlog.write_log(a, str(log))
         t = time.process_time()
         report.analyze([str(log)], Config(), progress=False)
         total = time.process_time() - t
     n = calls[0]
-    print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, profile {a.profile}, "
-          f"tp {a.tp}{', leaders only' if a.leaders_only else ''}")
+    print(f"root: {a.root}; log: {genlog.log_description(a)}")
     print(f"analyze {total:.2f} CPU s; {n:,} evaluations, {spent['(a whole evaluation)'] / 1e9:.2f} s in all "
           "(with the timers' own cost)")
     print("| part | µs per evaluation |\n|---|---|")

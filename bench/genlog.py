@@ -446,6 +446,32 @@ def write(n: int, out: str, seed: int = 1, tp: int = 4, start: str = "2025-08-11
     return size
 
 
+def add_log_arguments(ap: argparse.ArgumentParser, lines: int) -> None:
+    """The generated log's options of the benchmarks that make one (instructions.py, evaluations.py)."""
+    ap.add_argument("--lines", type=int, default=lines)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tp", type=int, default=4,
+                    help="ranks that print batch lines (genlog.py --tp; 1: a single-GPU server, every batch "
+                         "line a sample)")
+    ap.add_argument("--leaders-only", action="store_true",
+                    help="batch lines from each DP group's first TP rank only (genlog.py --leaders-only: "
+                         "SGLang's default)")
+    ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang",
+                    help="custom: the generated log behind a custom logging config's prefix (genlog.py --layout)")
+    ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
+                    help="realistic: the held-out measurement's kind of log (genlog.py --profile)")
+
+
+def write_log(a: argparse.Namespace, out: str) -> int:
+    """`write` of the log add_log_arguments' options describe."""
+    return write(a.lines, out, a.seed, a.tp, layout=a.layout, profile=a.profile, leaders_only=a.leaders_only)
+
+
+def log_description(a: argparse.Namespace) -> str:
+    return (f"genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, profile {a.profile}, tp {a.tp}"
+            + (", leaders only" if a.leaders_only else ""))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("n", type=int, help="number of lines")

@@ -26,6 +26,9 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import genlog  # noqa: E402  (bench/ is not a package)
+
 SMALL = 1000
 
 READERS = {
@@ -59,21 +62,10 @@ def instructions(root: str, code: str, log: Path, tmp: str) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lines", type=int, default=30000)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--tp", type=int, default=4,
-                    help="ranks that print batch lines (genlog.py --tp; 1: a single-GPU server, every batch "
-                         "line a sample)")
-    ap.add_argument("--leaders-only", action="store_true",
-                    help="batch lines from each DP group's first TP rank only (genlog.py --leaders-only: "
-                         "SGLang's default)")
+    genlog.add_log_arguments(ap, lines=30000)
     ap.add_argument("--root", default=str(HERE.parent), help="the checkout to measure (default: this one)")
     ap.add_argument("--readers", default="",
                     help="only the readers whose names hold one of these words (comma-separated)")
-    ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang",
-                    help="custom: the generated log behind a custom logging config's prefix (genlog.py --layout)")
-    ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
-                    help="realistic: the held-out measurement's kind of log (genlog.py --profile)")
     ap.add_argument("--drop", default="", help="also: what one line containing this text costs (see above)")
     a = ap.parse_args(argv)
     if not shutil.which("valgrind"):
@@ -81,12 +73,9 @@ def main(argv=None) -> int:
         return 2
     if a.lines <= SMALL:
         ap.error(f"--lines must be more than {SMALL}")
-    sys.path.insert(0, str(HERE))
-    import genlog
     with tempfile.TemporaryDirectory(prefix="instructions-") as tmp:
         big, small = Path(tmp) / "big.log", Path(tmp) / "small.log"
-        genlog.write(a.lines, str(big), seed=a.seed, tp=a.tp, layout=a.layout, profile=a.profile,
-                     leaders_only=a.leaders_only)
+        genlog.write_log(a, str(big))
         with open(big, encoding="utf-8") as src, open(small, "w", encoding="utf-8") as dst:
             dst.writelines(line for _, line in zip(range(SMALL), src))
         dropped = 0
@@ -100,8 +89,7 @@ def main(argv=None) -> int:
                         dst.write(line)
             if not dropped:
                 ap.error(f"no line of the log contains {a.drop!r}")
-        print(f"root: {a.root}; log: genlog.py {a.lines} lines, seed {a.seed}, layout {a.layout}, "
-              f"profile {a.profile}, tp {a.tp}{', leaders only' if a.leaders_only else ''}")
+        print(f"root: {a.root}; log: {genlog.log_description(a)}")
         print("| reader | instructions per line |")
         print("|---|---|")
         wanted = [w for w in a.readers.split(",") if w]
