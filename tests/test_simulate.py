@@ -422,6 +422,23 @@ def test_queue_time_follows_the_queue():
     assert median_bucket("queue_overloaded") >= 30
 
 
+def test_latency_histograms_hold_no_observation_the_distribution_lacks():
+    """healthy_online's latencies lie far under 1 s (TTFT), 20 s (e2e) and 0.1 s (inter-token): at every second
+    the buckets from there up hold the whole count. Rounded apart from the count, 77.5 observations were exposed
+    as 78 with 77 under 2 s, a phantom slow request that made latency_high fire on a healthy demo."""
+    sim = Simulator(load_scenario("healthy_online"), start=WHEN)
+    for second in range(1, 121):
+        sim.lines_until(second)
+        fams = _families(sim.metrics_text())
+        for name, least in (("sglang:time_to_first_token_seconds", 1.0), ("sglang:e2e_request_latency_seconds", 20.0),
+                            ("sglang:inter_token_latency_seconds", 0.1)):
+            samples = fams[name].samples
+            count = next(x.value for x in samples if x.name.endswith("_count"))
+            above = {x.labels["le"]: x.value for x in samples if x.name.endswith("_bucket")
+                     and float(x.labels["le"]) >= least}
+            assert set(above.values()) == {count}, (second, name, count, above)
+
+
 def test_speculative_and_pd_figures_come_from_the_scenario():
     sc = parse_scenario({"server_args": {"disaggregation_mode": "decode"},
                          "phases": [{"duration": 30, "spec_accept_length": 2.5, "pd_queue": 100}]}, "pd", "pd.yaml")
