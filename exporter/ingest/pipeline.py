@@ -27,11 +27,10 @@ class SourceParser:
         self.lines += len(texts)
         self.cut += block.cuts
         self.bytes += sum(map(len, texts)) + len(texts)
-        if self.decoder.format in ("cri", "docker"):
-            whole = self.decoder.whole_records(texts)
-            if whole is not None:
-                messages, times = whole
-                return self.parser.feed_items(messages, block.first, times)
+        whole = self.decoder.whole_records(texts)
+        if whole is not None:
+            messages, times = whole
+            return self.parser.feed_items(messages, block.first, times)
         out: list[Event] = []
         i, n = 0, len(texts)
         records = []

@@ -13,6 +13,7 @@ from exporter.ingest.grammar.patterns import (
     _ACCESS,
     _ANCHOR,
     _MULTILINE,
+    CLOCK,
     MAX_KNOWN_PREFIXES,
     MAX_PREFIX_LAYOUTS,
     _closed_quotes,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:      # (the parser calls these with itself: they see it as sca
 
 
 # a prefix's time (prefixes._PrefixLayout.time: patterns._PREFIX_PART's clock); a line without one holds none
-_CLOCK = re.compile(r"[0-9]{2}:[0-9]{2}:[0-9]{2}")
+_CLOCK = re.compile(CLOCK)
 
 
 def inside_record(p: Scanning, text: str) -> bool:

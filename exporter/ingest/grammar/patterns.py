@@ -9,8 +9,10 @@ GIB = 1024 ** 3
 # "[2025-08-11 17:17:03.123 DP0 TP1] " / "[17:17:03 TP0] " / "[2025-08-11 17:17:03] "
 # (ASCII digits only: \d would also accept other scripts' digits.) The rank tags are SGLang's scheduler prefix;
 # " encode_server" / " encode_dp_worker[N]" are the encoder-disaggregation servers' (0.5.16+).
+# a prefix's time of day; anchored.inside_record looks for it too (a line without one starts no record)
+CLOCK = r"[0-9]{2}:[0-9]{2}:[0-9]{2}"
 _PREFIX = re.compile(
-    r"\[(?:([0-9]{4}-[0-9]{2}-[0-9]{2}) )?([0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,]([0-9]{1,6}))?"
+    r"\[(?:([0-9]{4}-[0-9]{2}-[0-9]{2}) )?(" + CLOCK + r")(?:[.,]([0-9]{1,6}))?"
     r"((?: (?:(?:DP|PP|TP|EP|ATTN_CP|MOE_DP)[0-9]+|encode_server|encode_dp_worker\[[0-9]+\]))*)\] ?")
 _RANK_TAG = re.compile(r"(DP|PP|TP|EP|ATTN_CP|MOE_DP)([0-9]+)|encode_dp_worker\[([0-9]+)\]")
 _BATCH_HEAD = re.compile(
@@ -61,7 +63,7 @@ _ANCHOR = re.compile(
 # The parts of a prefix: a time (the rightmost one is SGLang's own: an outer collector's stands before it), rank
 # tags in any order and brackets ([gpu=N]: 2024's tag), a level, a pid; other digits are just digits.
 _PREFIX_PART = re.compile(
-    r"(?<![0-9])(?:([0-9]{4}-[0-9]{2}-[0-9]{2})[ T])?([0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,]([0-9]{1,9}))?"
+    r"(?<![0-9])(?:([0-9]{4}-[0-9]{2}-[0-9]{2})[ T])?(" + CLOCK + r")(?:[.,]([0-9]{1,9}))?"
     r"(?:Z|[+-][0-9]{2}:?[0-9]{2}(?![0-9]))?(?![0-9])"
     r"|(?<![A-Za-z0-9_])(DP|TP|PP|EP|CP|ATTN_CP|MOE_DP|gpu=)([0-9]{1,6})(?![A-Za-z0-9_])"
     r"|(?<![A-Za-z])(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?![A-Za-z])"
