@@ -20,14 +20,15 @@ prints its batch lines, --log-requests on, see /work/shared/reference/sglang-for
   and a KV-pool "Decode out of memory. Try to lower your batch size." error followed by a traceback; each is
   followed by the parent's SIGQUIT line, a restart gap and a new start-up block.
 
-`--profile realistic` (the kind of log the held-out measurement reads, see bench/README.md): ranks tagged
+`--profile realistic` (with --leaders-only, the kind of log the held-out measurement reads, see
+bench/README.md): ranks tagged
 "DP0 TP0" .. "DP1 TP3" (DP attention), about 40 % more requests (so more request-log and access lines, half of
 them to /v1/chat/completions), 1 % of requests failing with "Error in request: ..." and its traceback (raw
 lines) and a 400 access line, and now and then a "LONG GARBAGE COLLECTION DETECTED" warning or a library's
 UserWarning (two raw lines). The default profile ("bench") writes the same bytes as before it existed.
 
 `--leaders-only`: batch lines from each DP group's first TP rank only, as SGLang prints them without
---enable-metrics-for-all-schedulers (its default: reference/sglang-formats.md §1, `attn_tp_rank == 0`); the
+--enable-metrics-for-all-schedulers (its default: the scheduler logs them where `attn_tp_rank == 0`); the
 other ranks still print their start-up and retraction lines. Without it every TP rank prints them (4 copies of
 each batch line at tp=4), which a default server's log does not hold.
 
@@ -459,7 +460,8 @@ def add_log_arguments(ap: argparse.ArgumentParser, lines: int) -> None:
     ap.add_argument("--layout", choices=("sglang", "custom"), default="sglang",
                     help="custom: the generated log behind a custom logging config's prefix (genlog.py --layout)")
     ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
-                    help="realistic: the held-out measurement's kind of log (genlog.py --profile)")
+                    help="realistic: what a busy server writes beside batch lines (genlog.py --profile; with "
+                         "--leaders-only, the held-out measurement's kind of log)")
 
 
 def write_log(a: argparse.Namespace, out: str) -> int:
@@ -483,7 +485,7 @@ def main(argv=None) -> int:
                     help="custom: a custom logging config's prefix instead of SGLang's own")
     ap.add_argument("--profile", choices=("bench", "realistic"), default="bench",
                     help="realistic: DP x TP rank tags, more request logs, handled request errors with "
-                         "tracebacks, warnings (the held-out measurement's kind of log)")
+                         "tracebacks, warnings (with --leaders-only, the held-out measurement's kind of log)")
     ap.add_argument("--leaders-only", action="store_true",
                     help="batch lines from each DP group's first TP rank only (SGLang's default; without it every "
                          "TP rank prints them, as with --enable-metrics-for-all-schedulers)")
