@@ -13,6 +13,8 @@ import pytest
 
 from exporter.config import Config
 from exporter.ingest.grammar import Parser
+from exporter.ingest.pipeline import SourceParser
+from exporter.report import analyze as analyze_module
 from exporter.report.analyze import analyze, next_due
 from exporter.state import ServerState
 
@@ -91,6 +93,51 @@ def test_rows_applied_in_runs_give_the_report_of_one_at_a_time(tmp_path, monkeyp
         assert fast == slow
         assert len(fast["series"]["t"]) > 20
     assert sum(in_runs) > 0.6 * 2 * 5000        # most lines went through the runs
+
+
+def _cri(text: str) -> str:
+    """Each line as a CRI record (containerd's log files), a second's share later than the line's own time."""
+    return "".join(f"2025-08-11T17:10:00.{k % 10 ** 9:09d}Z stdout F {line}\n"
+                   for k, line in enumerate(text.splitlines()))
+
+
+@pytest.mark.parametrize(("interval", "lines"), [(5.0, 6000), (0.7, 6000), (0.0, 150)])
+def test_request_logs_counted_without_rows_give_the_report_of_rows(tmp_path, monkeypatch, interval, lines):
+    """analyze counts a request log at the time of the Row before it instead of reading its Row
+    (Parser.fold_request_logs). The whole report, charts included, must be the one of reading each as a Row: on a
+    busy server's log (request logs and access lines between every TP leader's batch lines), with shuffled times
+    (request logs earlier and later than the Row before them, sub-second stamps), as CRI records and behind a
+    custom prefix; with evaluations every item (interval 0) it folds none."""
+    logs = []
+    for name, layout, leaders in (("lead", "sglang", True), ("all", "sglang", False), ("custom", "custom", True)):
+        log = tmp_path / f"{name}.log"
+        genlog.write(lines, str(log), seed=7, layout=layout, profile="realistic", leaders_only=leaders)
+        logs.append(log)
+    mixed = tmp_path / "mixed.log"
+    mixed.write_text(_shuffled_times(logs[0].read_text(), seed=3))
+    wrapped = tmp_path / "cri.log"
+    wrapped.write_text(_cri(mixed.read_text()))
+    folded = []
+    take = SourceParser.take_folded
+
+    def counted(self):
+        n = take(self)
+        folded.append(n)
+        return n
+    for path in logs + [mixed, wrapped]:
+        config = Config(evaluate_interval=interval)
+        with monkeypatch.context() as m:
+            m.setattr(SourceParser, "take_folded", counted)
+            fast = analyze([str(path)], config, progress=False, series=True)
+        with monkeypatch.context() as m:
+            m.setattr(analyze_module, "SourceParser", lambda source, **_: SourceParser(source))
+            slow = analyze([str(path)], config, progress=False, series=True)
+        assert fast == slow, path.name
+        assert fast["records"]["request_log"] > 0
+    if interval > 0:
+        assert sum(folded) > 0.5 * sum(1 for line in logs[0].open() if "Receive:" in line or "Finish:" in line)
+    else:
+        assert sum(folded) == 0
 
 
 def _lines(rng: random.Random, n: int) -> list[str]:

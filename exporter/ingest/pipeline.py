@@ -13,9 +13,12 @@ from exporter.ingest.lines import Block, read_blocks  # (not via follower.py: `a
 class SourceParser:
     """Decoder + parser state of one source (a file being read or followed)."""
 
-    def __init__(self, source: str, container_format: str = "auto"):
+    def __init__(self, source: str, container_format: str = "auto", fold_request_logs: bool = False):
+        """`fold_request_logs`: for a reader that counts request logs and takes the count of those at the time
+        of the Row before them from `take_folded()` (Parser.fold_request_logs)."""
         self.decoder = ContainerDecoder(container_format)
         self.parser = Parser(source)
+        self.parser.fold_request_logs = fold_request_logs
         self.lines = 0
         self.bytes = 0      # approximate (decoded text + newline): for progress meters
         self.cut = 0
@@ -56,6 +59,11 @@ class SourceParser:
                 out += self.parser.feed_items([r.text for r in run], run[0].lineno, [r.time for r in run])
                 start = k
         return out
+
+    def take_folded(self) -> int:
+        """The request logs folded since the last call (see __init__)."""
+        n, self.parser.folded_request_logs = self.parser.folded_request_logs, 0
+        return n
 
     def flush(self) -> list[Event]:
         out = []

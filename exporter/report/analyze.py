@@ -130,7 +130,8 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
     untimed = []          # records before the first timestamp: they happened before it (serve gives them the
                           # time they arrive, which is also no later than the next stamped line)
     for path in paths:
-        sp = SourceParser(path)
+        # (with one evaluation per item, step <= 0, each request log is one more evaluation: none is folded)
+        sp = SourceParser(path, fold_request_logs=apply_rows is not None)
         stats.append(sp)
         for items in iter_file_item_lists(path, config.max_line_bytes, stats=sp):
             it = iter(items)
@@ -167,6 +168,9 @@ def analyze(paths: list[str], config: Config, progress: bool | None = None, seri
                     if apply_rows is None:
                         break
                     item, last = apply_rows(it, now, due)     # the next item it did not apply, or None
+            folded = sp.take_folded()
+            if folded:          # (no judge reads the count, only whether any record came: they come after one)
+                engine.state.count_rows("request_log", folded)
             if sp.lines - lines_seen >= 20000:
                 lines_seen = sp.lines
                 meter.update(sum(s.bytes for s in stats), sum(s.lines for s in stats))

@@ -148,6 +148,10 @@ class BatchRows(StatePart):
             self.last_batch_t = self.last_progress_t = batch_t
         return stop, last
 
+    def count_rows(self, kind: str, n: int) -> None:
+        """`n` more records of `kind` that were counted instead of read as Rows (Parser.fold_request_logs)."""
+        self.events_total[kind] = self.events_total.get(kind, 0) + n
+
     def _row_slot(self, shape, rank: dict) -> tuple:
         """What a Row of this layout and rank does: (COUNT, GAUGE or SAMPLE, the index of its kind in
         _row_kinds, its rank's RankValues (None when counted only), whether it feeds the tuning tallies), kept

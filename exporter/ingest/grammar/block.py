@@ -69,6 +69,8 @@ def feed_items(p: Scanning, texts: list[str], first: int, times: list | None = N
     # would cost more than the rest of their reading, and go straight to their heads.
     longest = min(p._layout_len, MAX_SKELETON_CHARS)
     pending = p._pending is not None    # (only the generic path sets it)
+    fold = p.fold_request_logs
+    folded = 0
     append = out.append
     lineno = first - 1
     for text in texts:
@@ -134,10 +136,15 @@ def feed_items(p: Scanning, texts: list[str], first: int, times: list | None = N
         if dt != last_dt:
             last_dt, last_frac = dt, None
             last_ts, last_iso = p._date_time(dt[:10], dt[11:])
-        try:
-            rank = rank_cache[text[rs]]
-        except KeyError:
-            rank = p._rank(text[rs])
+        elif batch is None and fold and fs is None and last_ts is not None:
+            # a request log at the time of the Row before it: counted, no Row (Parser.fold_request_logs)
+            if sh is not last_shape:    # (its run counted as below)
+                if last_shape is not None:
+                    last_shape.count += lineno - run_start
+                last_shape, run_start = sh, lineno
+                p._in_request = True
+            folded += 1
+            continue
         if sh is not last_shape:        # (the rows of a run of one shape are counted at its end)
             if last_shape is not None:
                 last_shape.count += lineno - run_start
@@ -146,6 +153,10 @@ def feed_items(p: Scanning, texts: list[str], first: int, times: list | None = N
             if batch:
                 p.format_family = sh.family or p._family(sh.sep, sh.has_iter, sh.trailing,
                                                                sh.has_graph, False, False)
+        try:
+            rank = rank_cache[text[rs]]
+        except KeyError:
+            rank = p._rank(text[rs])
         if fs is None or last_ts is None:
             if last_ts is None and times is not None and times[lineno - first] is not None:
                 # a date the calendar lacks: the container's time, as the generic path takes it
@@ -161,6 +172,7 @@ def feed_items(p: Scanning, texts: list[str], first: int, times: list | None = N
     if last_shape is not None:
         last_shape.count += lineno + 1 - run_start
     p._row_time = last_dt, last_ts, last_iso
+    p.folded_request_logs += folded
     return out
 
 def _entry(layout: Any, text: str) -> tuple:

@@ -64,6 +64,13 @@ class Parser:
         self._heads: dict[bytes | None, tuple] = {}   # head skeleton -> a request-log layout's entry
         self._layout_len = 0         # no line longer than this has a skeleton in _layouts (see block.py)
         self._tallies = {kind: _Tally(kind) for kind in ("http_access", "request_log")}
+        # A request log's Row is only counted by the state, and its time only moves the clock. On the block path,
+        # one at the same time as the Row before it (most of them: a busy server logs several a second) changes
+        # nothing but the count: with this on, such lines are added to `folded_request_logs` instead of becoming
+        # Rows, for a reader that takes the count from there (`analyze`: a request log costs it a quarter less;
+        # bench/README.md, "Issue 35, eighth look"). Off for readers that want every record (`parse`).
+        self.fold_request_logs = False
+        self.folded_request_logs = 0
         self._fruitless = 0
         self._in_request = False     # the last record was a request log: bare lines after it are its text
         self._prefixes: dict[bytes, _PrefixLayout] = {}   # prefix skeleton -> its layout (message-anchored)

@@ -18,6 +18,8 @@ class Scanning(Protocol):
     format_family: str | None
     learning: bool
     untimed: int
+    fold_request_logs: bool
+    folded_request_logs: int
     # records and rows counted, and where they were found
     _recognised: int
     _kinds: Counter
