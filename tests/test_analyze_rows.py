@@ -96,7 +96,7 @@ def test_rows_applied_in_runs_give_the_report_of_one_at_a_time(tmp_path, monkeyp
 
 
 def _cri(text: str) -> str:
-    """Each line as a CRI record (containerd's log files), a second's share later than the line's own time."""
+    """Each line as a CRI record (containerd's log files), with a time of its own that a line's valid date wins over."""
     return "".join(f"2025-08-11T17:10:00.{k % 10 ** 9:09d}Z stdout F {line}\n"
                    for k, line in enumerate(text.splitlines()))
 

@@ -132,19 +132,6 @@ def feed_items(p: Scanning, texts: list[str], first: int, times: list | None = N
         if pending:
             out += p.flush()
             pending = False
-        dt = text[dts]
-        if dt != last_dt:
-            last_dt, last_frac = dt, None
-            last_ts, last_iso = p._date_time(dt[:10], dt[11:])
-        elif batch is None and fold and fs is None and last_ts is not None:
-            # a request log at the time of the Row before it: counted, no Row (Parser.fold_request_logs)
-            if sh is not last_shape:    # (its run counted as below)
-                if last_shape is not None:
-                    last_shape.count += lineno - run_start
-                last_shape, run_start = sh, lineno
-                p._in_request = True
-            folded += 1
-            continue
         if sh is not last_shape:        # (the rows of a run of one shape are counted at its end)
             if last_shape is not None:
                 last_shape.count += lineno - run_start
@@ -153,6 +140,13 @@ def feed_items(p: Scanning, texts: list[str], first: int, times: list | None = N
             if batch:
                 p.format_family = sh.family or p._family(sh.sep, sh.has_iter, sh.trailing,
                                                                sh.has_graph, False, False)
+        dt = text[dts]
+        if dt != last_dt:
+            last_dt, last_frac = dt, None
+            last_ts, last_iso = p._date_time(dt[:10], dt[11:])
+        elif batch is None and fold and fs is None and last_ts is not None:
+            folded += 1     # a request log at the time of the Row before it: counted, no Row (Parser.fold_request_logs)
+            continue
         try:
             rank = rank_cache[text[rs]]
         except KeyError:
